@@ -1,0 +1,68 @@
+# Every target does its own set-up: a fresh clone needs only `make demo` or `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TESTBED := $(BIN)/python e2e/testbed.py
+PYTEST_ARGS ?=
+
+.PHONY: help venv system-deps testbed-build testbed-up testbed-down testbed-status \
+        test test-fast lint crds demo demo-down clean
+
+help:
+	@echo "make demo        bring up the local test bed and the demo (see README)"
+	@echo "make demo-down   stop everything the demo started"
+	@echo "make test        install everything, then run lint, type checks and all tests"
+	@echo "make test-fast   unit and integration tests only (no cluster)"
+
+# The virtual environment, rebuilt when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@echo "==> creating $(VENV) and installing the project with its dev extras"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the tests use: espeak-ng speaks test sentences, sox converts audio,
+# ffmpeg encodes the compressed containers (mp3, m4a, webm, ogg).
+system-deps:
+	@missing=""; for c in espeak-ng sox ffmpeg; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsox-fmt-all ffmpeg >/dev/null; \
+	fi
+
+testbed-build: $(STAMP)
+	$(TESTBED) build
+
+testbed-up: $(STAMP)
+	$(TESTBED) up
+
+testbed-down:
+	@if [ -x $(BIN)/python ]; then $(TESTBED) down; else $(PYTHON) e2e/testbed.py down; fi
+
+testbed-status:
+	$(PYTHON) e2e/testbed.py status
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(STAMP) system-deps testbed-build lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP) system-deps
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+
+demo: $(STAMP) testbed-up
+	$(TESTBED) status
+
+demo-down: testbed-down
+
+clean: testbed-down
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,205 @@
+"""Generate the CustomResourceDefinition from the pydantic models.
+
+    python -m transcription_api.crd            print the CRD as YAML
+    python -m transcription_api.crd --write    (re)write crds/
+
+pydantic emits JSON Schema with `$ref`s, `anyOf: [X, null]` for optional fields and
+titles; a CRD needs a *structural* OpenAPI v3 schema: everything inlined, a type on every
+node, no nulls. `structural()` does that translation; `crd()` adds the names, printer
+columns, status subresource and versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, NoDefault
+from pydantic_core import core_schema
+
+from . import v1alpha1 as api
+
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{api.PLURAL}.{api.GROUP}.yaml"
+
+_DROP = {"title", "$defs", "additionalProperties", "$ref", "anyOf", "allOf", "const"}
+
+
+class _CrdSchema(GenerateJsonSchema):
+    """JSON Schema generation that also reports default factories as defaults.
+
+    A model default is reported by what differs from the model's own defaults (usually
+    `{}`), so the API server's defaulting fills nested fields from their own defaults.
+    Empty list or map defaults are left out: the field simply stays absent.
+    """
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if factory is None:
+            value = schema.get("default", NoDefault)
+            return NoDefault if value is None else value
+        value = factory()  # type: ignore[call-arg]
+        if isinstance(value, BaseModel):
+            return value.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+        if value in ([], {}):
+            return NoDefault
+        return value
+
+
+def structural(node: Any, defs: dict[str, Any]) -> Any:
+    """Translate one pydantic JSON Schema node into a structural OpenAPI v3 node."""
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return structural(merged, defs)
+    if "anyOf" in node or "allOf" in node:
+        union: list[dict[str, Any]] = node.get("anyOf") or node.get("allOf") or []
+        options = [o for o in union if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express a union in a structural schema: {node}")
+        merged = {**options[0], **{k: v for k, v in node.items() if k not in ("anyOf", "allOf")}}
+        return structural(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key == "properties":
+            out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = structural(value, defs)
+        elif key == "default" and value is None:
+            continue
+        else:
+            out[key] = value
+    if "const" in node:
+        out["enum"] = [node["const"]]
+        out.setdefault("type", "string")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        out["additionalProperties"] = structural(extra, defs)
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out["type"] = "object"
+    if "default" in out and isinstance(out["default"], dict):
+        out["default"] = _strip_none(out["default"])
+    return out
+
+
+def _strip_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=_CrdSchema)
+    schema: dict[str, Any] = structural(raw, raw.get("$defs", {}))
+    return schema
+
+
+def _condition(type_: str) -> str:
+    return f'.status.conditions[?(@.type=="{type_}")]'
+
+
+PRINTER_COLUMNS = [
+    {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
+    {"name": "Engine", "type": "string", "jsonPath": ".spec.engine"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
+    {"name": "Pools", "type": "string", "jsonPath": ".status.readyPools"},
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": _condition("Ready") + ".reason",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def crd() -> dict[str, Any]:
+    spec = openapi_schema(api.TranscriptionDeploymentSpec)
+    status = openapi_schema(api.TranscriptionDeploymentStatus)
+    root = {
+        "type": "object",
+        "description": (api.TranscriptionDeployment.__doc__ or "").strip(),
+        "required": ["spec"],
+        "x-kubernetes-validations": [
+            api.cel(
+                f"size(self.metadata.name) <= {api.MAX_NAME}",
+                f"metadata.name must be at most {api.MAX_NAME} characters (children are "
+                "named <name>-<pool> and must fit a 63-character DNS label)",
+            )
+        ],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{api.PLURAL}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "transcription-operator"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": api.SHORT_NAMES,
+                "categories": ["all", "transcription"],
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `python -m transcription_api.crd --write` from api/; do not edit.\n"
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render() -> str:
+    return HEADER + yaml.dump(crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate the TranscriptionDeployment CRD.")
+    parser.add_argument("--write", action="store_true", help=f"write {CRD_PATH}")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.write:
+        CRD_PATH.parent.mkdir(parents=True, exist_ok=True)
+        CRD_PATH.write_text(text)
+        print(f"wrote {CRD_PATH}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

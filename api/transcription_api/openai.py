@@ -1,0 +1,187 @@
+"""OpenAI audio API wire objects: one pydantic model per object, validated at the boundary.
+
+Shared by the frontend (which validates requests and renders responses) and the CPU worker
+(which answers in the same shapes as vLLM).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ResponseFormat(StrEnum):
+    JSON = "json"
+    TEXT = "text"
+    SRT = "srt"
+    VTT = "vtt"
+    VERBOSE_JSON = "verbose_json"
+
+
+class Granularity(StrEnum):
+    WORD = "word"
+    SEGMENT = "segment"
+
+
+# Multipart fields OpenAI documents for /v1/audio/transcriptions and /translations.
+# (`file` is the upload itself.) Array fields are sent as `name[]`.
+DOCUMENTED_FIELDS = frozenset(
+    {
+        "model",
+        "language",
+        "prompt",
+        "response_format",
+        "temperature",
+        "timestamp_granularities[]",
+        "stream",
+        "chunking_strategy",
+        "include[]",
+        "known_speaker_names[]",
+        "known_speaker_references[]",
+    }
+)
+
+
+class TranscriptionParams(BaseModel):
+    """The request options the gateway needs to understand (the rest pass through)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    language: str | None = Field(default=None, max_length=16)
+    prompt: str | None = None
+    response_format: ResponseFormat = ResponseFormat.JSON
+    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
+    timestamp_granularities: list[Granularity] = Field(default_factory=list)
+    stream: bool = False
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(BaseModel):
+    """`{"error": {"message", "type", "param", "code"}}`"""
+
+    error: ErrorDetail
+
+
+class DurationUsage(BaseModel):
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class TokenUsage(BaseModel):
+    type: Literal["tokens"] = "tokens"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class Transcription(BaseModel):
+    """`response_format=json`."""
+
+    text: str
+    usage: DurationUsage | TokenUsage | None = None
+
+
+class Word(BaseModel):
+    word: str
+    start: float
+    end: float
+
+
+class Segment(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    seek: int = 0
+    start: float
+    end: float
+    text: str
+    tokens: list[int] = Field(default_factory=list)
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float | None = 0.0
+
+
+class VerboseTranscription(BaseModel):
+    """`response_format=verbose_json`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: str = "transcribe"
+    language: str
+    duration: float
+    text: str
+    segments: list[Segment] | None = None
+    words: list[Word] | None = None
+    usage: DurationUsage | None = None
+
+
+class TextDelta(BaseModel):
+    """OpenAI stream event: a piece of the transcript."""
+
+    type: Literal["transcript.text.delta"] = "transcript.text.delta"
+    delta: str
+    logprobs: list[Any] | None = None
+
+
+class TextDone(BaseModel):
+    """OpenAI stream event: the whole transcript, last."""
+
+    type: Literal["transcript.text.done"] = "transcript.text.done"
+    text: str
+    logprobs: list[Any] | None = None
+    usage: TokenUsage | None = None
+
+
+class ChunkDelta(BaseModel):
+    content: str = ""
+
+
+class ChunkChoice(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    delta: ChunkDelta = Field(default_factory=ChunkDelta)
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class ChunkUsage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class TranscriptionChunk(BaseModel):
+    """vLLM's stream event (`object: transcription.chunk`), which workers send."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["transcription.chunk"] = "transcription.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice] = Field(default_factory=list)
+    usage: ChunkUsage | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    root: str | None = None
+    parent: str | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

@@ -1,0 +1,67 @@
+"""The route table: what the operator tells the frontend, in one model for writer and reader.
+
+The operator writes it as `routes.json` in a ConfigMap mounted into the frontend; for local
+runs the same file lists static endpoints per pool.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .capabilities import Capability, CapabilitySet, Engine, Mode, capability_set
+
+ROUTES_KEY = "routes.json"
+
+
+class PoolRoute(BaseModel):
+    """One pool as the frontend sees it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Pool name.")
+    engine: Engine = Field(description="Engine of the pool.")
+    mode: Mode = Field(description="Batching mode.")
+    service: str = Field(description="Service name; its EndpointSlices list the workers.")
+    port: int = Field(default=8000, description="Worker HTTP port.")
+    automatic: bool = Field(default=False, description="Added by the automatic split.")
+    endpoints: list[str] = Field(
+        default_factory=list,
+        description="Static worker base URLs (local runs); empty in a cluster, where "
+        "EndpointSlices of `service` are watched instead.",
+    )
+
+    @property
+    def capability_set(self) -> CapabilitySet:
+        caps = capability_set(self.engine, self.mode)
+        if caps is None:  # the operator never writes such a pool
+            raise ValueError(f"{self.engine}/{self.mode} is not a valid pool")
+        return caps
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return self.capability_set.capabilities
+
+
+class RouteTable(BaseModel):
+    """Models, aliases and pools of one TranscriptionDeployment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Primary model name.")
+    aliases: list[str] = Field(default_factory=list, description="Names resolving to `model`.")
+    namespace: str = Field(default="default", description="Namespace of the pool Services.")
+    pools: list[PoolRoute] = Field(default_factory=list, description="Pools in routing order.")
+    max_upload_bytes: int = Field(default=26_214_400, description="Upload limit of the frontend.")
+
+    @property
+    def served_names(self) -> list[str]:
+        return [self.model, *self.aliases]
+
+    def resolve(self, name: str | None) -> str | None:
+        """Primary model for a requested name (None/empty: the primary); None if unknown."""
+        if not name or name in self.served_names:
+            return self.model
+        return None
+
+    def dumps(self) -> str:
+        return self.model_dump_json(indent=2)

@@ -1,0 +1,549 @@
+"""`transcription.dev/v1alpha1` `TranscriptionDeployment`: spec and status.
+
+These pydantic models are the single source of the CRD schema (`crds/` is generated from
+them by `transcription_api.crd`). Every field carries a description; defaults, enums and
+bounds here become the OpenAPI schema the API server enforces. Cross-field rules are
+written twice on purpose: as CEL (so the API server rejects bad objects at admission)
+and as the Python validator below (so the operator can trust the objects it reads);
+tests check that both agree.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from .capabilities import Capability, Engine, Mode, capability_set, supported_modes
+
+GROUP = "transcription.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TranscriptionDeployment"
+PLURAL = "transcriptiondeployments"
+SINGULAR = "transcriptiondeployment"
+SHORT_NAMES = ["tdeploy"]
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MAX_NAME = 30  # metadata.name; children are named <name>-<pool> and must fit a DNS label
+# Names clients send as `model`: hub ids ("openai/whisper-large-v3") and simple aliases.
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+MAX_POOLS = 8
+RESERVED_POOL_NAMES = ("frontend", "routes")
+MAX_ALIASES = 16
+
+
+class _Model(BaseModel):
+    """Base: camelCase on the wire, snake_case in Python, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=False,
+    )
+
+
+def cel(rule: str, message: str, *, field_path: str | None = None) -> dict[str, str]:
+    """One `x-kubernetes-validations` entry."""
+    out = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+def cel_rules(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+# Objects that Kubernetes itself defines (affinity, tolerations, env valueFrom): the CRD
+# keeps them as opaque objects and the API server validates them when the operator puts
+# them into a pod template.
+KubeObject = Annotated[
+    dict[str, Any],
+    Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}),
+]
+
+
+# --------------------------------------------------------------------------- model
+
+
+class WeightsSource(StrEnum):
+    HUB = "hub"
+    PVC = "pvc"
+    IMAGE = "image"
+
+
+class SecretKeyRef(_Model):
+    """A key in a Secret of the resource's namespace."""
+
+    name: str = Field(description="Name of the Secret.", max_length=253, pattern=DNS_SUBDOMAIN)
+    key: str = Field(description="Key within the Secret.", max_length=253, min_length=1)
+
+
+class CacheSpec(_Model):
+    """Where downloaded weights are cached on the worker."""
+
+    size_limit: str = Field(
+        default="50Gi",
+        description="Size limit of the cache volume (an emptyDir unless claimName is set).",
+        pattern=QUANTITY,
+    )
+    claim_name: str | None = Field(
+        default=None,
+        description="Use this PersistentVolumeClaim as the cache, shared across restarts.",
+        max_length=253,
+    )
+
+
+class ModelSpec(_Model):
+    """The model every pool serves, where its weights come from, and its aliases."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.source != 'pvc' || (has(self.claimName) && has(self.path))",
+                "model.source 'pvc' needs model.claimName and model.path",
+            ),
+            cel(
+                "self.source != 'image' || has(self.path)",
+                "model.source 'image' needs model.path (the weights' directory in the image)",
+            ),
+            cel(
+                "!has(self.aliases) || self.aliases.all(a, self.aliases.exists_one(b, b == a))",
+                "model.aliases must be unique",
+                field_path=".aliases",
+            ),
+            cel(
+                "!has(self.aliases) || !self.aliases.exists(a, a == self.name)",
+                "model.aliases must not repeat model.name",
+                field_path=".aliases",
+            ),
+        )
+    )
+
+    name: str = Field(
+        description="Model name clients send as `model`, and the hub id the weights are "
+        "fetched from when source is 'hub' (e.g. openai/whisper-large-v3-turbo).",
+        max_length=200,
+        pattern=MODEL_NAME,
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Hub revision (branch, tag or commit) to fetch; default: the hub's main.",
+        max_length=100,
+    )
+    aliases: list[Annotated[str, Field(max_length=200, pattern=MODEL_NAME)]] = Field(
+        default_factory=list,
+        description="Other names clients may send as `model` (e.g. whisper-1); they "
+        "resolve to `name`.",
+        max_length=MAX_ALIASES,
+    )
+    source: WeightsSource = Field(
+        default=WeightsSource.HUB,
+        description="Where weights come from: 'hub' (downloaded into the cache volume), "
+        "'pvc' (a directory on a PersistentVolumeClaim) or 'image' (baked into the worker "
+        "image).",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Directory of the weights: within the claim for 'pvc', in the image for "
+        "'image'.",
+        max_length=1024,
+    )
+    claim_name: str | None = Field(
+        default=None,
+        description="PersistentVolumeClaim holding the weights (source 'pvc'); mounted read-only.",
+        max_length=253,
+    )
+    hub_token_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a hub token for gated or private models (HF_TOKEN).",
+    )
+    cache: CacheSpec = Field(
+        default_factory=CacheSpec, description="The model cache volume of the workers."
+    )
+
+    @property
+    def served_names(self) -> list[str]:
+        return [self.name, *self.aliases]
+
+
+# --------------------------------------------------------------------------- pools
+
+
+class ResourcesSpec(_Model):
+    """Compute resources of one replica."""
+
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="NVIDIA GPUs per replica (nvidia.com/gpu). More than one enables tensor "
+        "parallelism across them.",
+    )
+    cpu: str | None = Field(default=None, description="CPU request (and limit).", pattern=QUANTITY)
+    memory: str | None = Field(
+        default=None, description="Memory request and limit.", pattern=QUANTITY
+    )
+    gpu_resource_name: str = Field(
+        default="nvidia.com/gpu",
+        description="Extended resource name of the GPU (e.g. nvidia.com/mig-1g.10gb).",
+        max_length=253,
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable for the engine container."""
+
+    name: str = Field(description="Variable name.", max_length=253, min_length=1)
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: KubeObject | None = Field(
+        default=None, description="Source of the value (as in a pod's env[].valueFrom)."
+    )
+
+
+class PoolSpec(_Model):
+    """A set of identical workers with one engine and batching mode."""
+
+    name: str = Field(
+        description="Pool name; part of the child objects' names.",
+        max_length=30,
+        pattern=DNS_LABEL,
+    )
+    engine: Engine | None = Field(
+        default=None, description="Engine of this pool; default: spec.engine."
+    )
+    mode: Mode | None = Field(
+        default=None,
+        description="'continuous' (the engine batches concurrent requests) or 'sequential' "
+        "(one request at a time per replica). Default: continuous where the engine supports "
+        "it, else sequential.",
+    )
+    replicas: int = Field(default=1, ge=0, le=1000, description="Number of worker replicas.")
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="Resources of each replica."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the workers must run on."
+    )
+    tolerations: list[KubeObject] = Field(
+        default_factory=list,
+        description="Tolerations (as in a pod spec). GPU pools tolerate the nvidia.com/gpu "
+        "taint automatically.",
+    )
+    affinity: KubeObject | None = Field(default=None, description="Affinity (as in a pod spec).")
+    engine_args: list[str] = Field(
+        default_factory=list,
+        description="Extra arguments for the engine, passed through last (e.g. "
+        "--max-model-len=448).",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, description="Extra environment for the engine container."
+    )
+
+
+class AutoSplitSpec(_Model):
+    """The sequential pool the operator adds when no declared pool covers the traffic."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Add a sequential pool automatically for traffic no pool can serve.",
+    )
+    replicas: int = Field(default=1, ge=0, le=1000, description="Replicas of the added pool.")
+    resources: ResourcesSpec | None = Field(
+        default=None,
+        description="Resources of the added pool; default: those of the pool it splits from.",
+    )
+
+
+class TrafficSpec(_Model):
+    """The traffic the deployment must serve; the operator makes sure some pool covers it."""
+
+    endpoints: list[Literal["transcriptions", "translations"]] = Field(
+        default_factory=lambda: ["transcriptions"],  # type: ignore[arg-type]
+        description="OpenAI endpoints served: transcriptions, translations.",
+        max_length=2,
+    )
+    features: list[
+        Literal["stream", "segment_timestamps", "word_timestamps", "language_detection"]
+    ] = Field(
+        default_factory=list,
+        description="Options requests will use: stream, segment_timestamps (also needed for "
+        "srt/vtt/verbose_json), word_timestamps, language_detection.",
+        max_length=4,
+    )
+
+    def needs(self) -> list[frozenset[Capability]]:
+        """One requirement per endpoint: the endpoint and every declared feature."""
+        feats = {Capability(f) for f in self.features}
+        return [frozenset({Capability(e), *feats}) for e in self.endpoints]
+
+
+# --------------------------------------------------------------------------- frontend
+
+
+class ServiceType(StrEnum):
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+
+
+class FrontendServiceSpec(_Model):
+    type: ServiceType = Field(default=ServiceType.CLUSTER_IP, description="Service type.")
+    port: int = Field(default=80, ge=1, le=65535, description="Service port.")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations of the Service (e.g. for a load balancer)."
+    )
+
+
+class FrontendSpec(_Model):
+    """The OpenAI-compatible gateway in front of the pools."""
+
+    replicas: int = Field(default=2, ge=0, le=100, description="Frontend replicas.")
+    service: FrontendServiceSpec = Field(
+        default_factory=FrontendServiceSpec, description="The frontend Service."
+    )
+    max_upload_bytes: int = Field(
+        default=26_214_400,
+        ge=1024,
+        le=4 * 1024**3,
+        description="Largest upload accepted; larger ones get 413 naming this limit.",
+    )
+    api_key_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding accepted API keys, one per line; when set, requests "
+        "need `Authorization: Bearer <key>`.",
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=lambda: ResourcesSpec(cpu="500m", memory="512Mi"),
+        description="Resources of each frontend replica.",
+    )
+
+
+class ImagesSpec(_Model):
+    """Container images; unset ones come from the operator's defaults."""
+
+    frontend: str | None = Field(default=None, description="Frontend image.")
+    vllm: str | None = Field(default=None, description="vLLM worker image.")
+    faster_whisper: str | None = Field(default=None, description="faster-whisper worker image.")
+    transformers: str | None = Field(default=None, description="transformers worker image.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy of every container."
+    )
+    pull_secrets: list[str] = Field(
+        default_factory=list, description="Names of image pull Secrets."
+    )
+
+
+class PodOverrides(_Model):
+    """Pod-level settings applied to every pod the deployment runs."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass of the pods.", max_length=253
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        description="ServiceAccount of the worker pods (the frontend has its own).",
+        max_length=253,
+    )
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def _engine_mode_rules() -> list[dict[str, str]]:
+    """CEL rules rejecting (engine, mode) pairs the capability table does not have."""
+    rules = []
+    for engine in Engine:
+        modes = supported_modes(engine)
+        for mode in Mode:
+            if mode in modes:
+                continue
+            rules.append(
+                cel(
+                    "!has(self.pools) || self.pools.all(p, "
+                    "!((has(p.engine) ? p.engine : self.engine) == "
+                    f"'{engine.value}' && has(p.mode) && p.mode == '{mode.value}'))",
+                    f"engine {engine.value} cannot run in {mode.value} mode; use "
+                    + " or ".join(m.value for m in modes),
+                    field_path=".pools",
+                )
+            )
+    return rules
+
+
+class TranscriptionDeploymentSpec(_Model):
+    """Desired state of a transcription service."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "!has(self.pools) || self.pools.all(p, self.pools.exists_one(q, q.name == p.name))",
+                "pool names must be unique",
+                field_path=".pools",
+            ),
+            cel(
+                "!has(self.pools) || self.pools.all(p, !(p.name in "
+                + str(list(RESERVED_POOL_NAMES)).replace('"', "'")
+                + "))",
+                "pool names " + ", ".join(RESERVED_POOL_NAMES) + " are reserved",
+                field_path=".pools",
+            ),
+            *_engine_mode_rules(),
+        )
+    )
+
+    model: ModelSpec = Field(description="The model served and where its weights come from.")
+    engine: Engine = Field(
+        default=Engine.VLLM,
+        description="Default engine of the pools: vllm (GPU), faster-whisper (CPU or GPU), "
+        "transformers.",
+    )
+    pools: list[PoolSpec] = Field(
+        default_factory=list,
+        description="Worker pools; default: one pool named 'default' in the engine's "
+        "preferred mode.",
+        max_length=MAX_POOLS,
+    )
+    traffic: TrafficSpec = Field(
+        default_factory=TrafficSpec,
+        description="Traffic that must be served; drives the automatic sequential split.",
+    )
+    auto_split: AutoSplitSpec = Field(
+        default_factory=AutoSplitSpec, description="The automatically added sequential pool."
+    )
+    frontend: FrontendSpec = Field(
+        default_factory=FrontendSpec, description="The OpenAI-compatible frontend."
+    )
+    images: ImagesSpec = Field(default_factory=ImagesSpec, description="Container images.")
+    pod: PodOverrides = Field(default_factory=PodOverrides, description="Pod-level overrides.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> TranscriptionDeploymentSpec:
+        problems = spec_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def pool_engine(self, pool: PoolSpec) -> Engine:
+        return pool.engine or self.engine
+
+
+def default_mode(engine: Engine) -> Mode:
+    modes = supported_modes(engine)
+    return Mode.CONTINUOUS if Mode.CONTINUOUS in modes else modes[0]
+
+
+def spec_problems(spec: TranscriptionDeploymentSpec) -> list[str]:
+    """The Python twin of the CEL rules: the cross-field problems of a spec."""
+    out = []
+    m = spec.model
+    if m.source == WeightsSource.PVC and not (m.claim_name and m.path):
+        out.append("model.source 'pvc' needs model.claimName and model.path")
+    if m.source == WeightsSource.IMAGE and not m.path:
+        out.append("model.source 'image' needs model.path (the weights' directory in the image)")
+    if len(set(m.aliases)) != len(m.aliases):
+        out.append("model.aliases must be unique")
+    if m.name in m.aliases:
+        out.append("model.aliases must not repeat model.name")
+    names = [p.name for p in spec.pools]
+    if len(set(names)) != len(names):
+        out.append("pool names must be unique")
+    if set(names) & set(RESERVED_POOL_NAMES):
+        out.append("pool names " + ", ".join(RESERVED_POOL_NAMES) + " are reserved")
+    for p in spec.pools:
+        engine = spec.pool_engine(p)
+        if p.mode and capability_set(engine, p.mode) is None:
+            modes = " or ".join(x.value for x in supported_modes(engine))
+            out.append(f"engine {engine.value} cannot run in {p.mode.value} mode; use {modes}")
+    return out
+
+
+# --------------------------------------------------------------------------- status
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(description="Condition type: Ready, Progressing, Degraded, ...")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason for the last transition.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, description="Generation of the spec this condition was computed for."
+    )
+
+
+class PoolStatus(_Model):
+    """Observed state of one pool."""
+
+    name: str = Field(description="Pool name.")
+    engine: Engine = Field(description="Engine of the pool.")
+    mode: Mode = Field(description="Batching mode of the pool.")
+    replicas: int = Field(description="Desired replicas.")
+    ready_replicas: int = Field(description="Replicas that are ready.")
+    capabilities: list[Capability] = Field(description="What the pool serves.")
+    automatic: bool = Field(
+        default=False, description="True when the operator added this pool (automatic split)."
+    )
+    reason: str | None = Field(
+        default=None, description="Why an automatic pool was added: the capabilities it covers."
+    )
+    service: str = Field(description="Service the frontend reaches the pool through.")
+
+
+class TranscriptionDeploymentStatus(_Model):
+    """Observed state of a transcription service."""
+
+    observed_generation: int | None = Field(
+        default=None, description="Generation of the spec the status reflects."
+    )
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, ...")
+    pools: list[PoolStatus] = Field(default_factory=list, description="Per-pool state.")
+    ready_pools: str | None = Field(
+        default=None, description="Pools with every replica ready, as ready/total."
+    )
+    endpoint: str | None = Field(default=None, description="URL of the frontend Service.")
+    models: list[str] = Field(
+        default_factory=list, description="Model names clients may send (primary first)."
+    )
+
+
+class TranscriptionDeployment(_Model):
+    """A speech-to-text service: worker pools, an OpenAI-compatible frontend and routing."""
+
+    api_version: Literal["transcription.dev/v1alpha1"] = Field(
+        default="transcription.dev/v1alpha1", description="API version."
+    )
+    kind: Literal["TranscriptionDeployment"] = Field(
+        default="TranscriptionDeployment", description="Kind."
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Object metadata.")
+    spec: TranscriptionDeploymentSpec = Field(description="Desired state.")
+    status: TranscriptionDeploymentStatus | None = Field(
+        default=None, description="Observed state."
+    )
+
+    model_config = ConfigDict(extra="ignore")
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", "default"))

@@ -1,0 +1,55 @@
+"""Settings the operator hands a worker pod, read by the worker launcher.
+
+The operator serializes one `WorkerSettings` into the `TRANSCRIPTION_WORKER_SETTINGS`
+environment variable of the engine container; the vLLM launcher turns it into `vllm serve`
+arguments and the CPU worker configures itself from it. One model, both ends.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .capabilities import Engine, Mode
+
+SETTINGS_ENV = "TRANSCRIPTION_WORKER_SETTINGS"
+WORKER_PORT = 8000
+CACHE_DIR = "/var/cache/models"
+WEIGHTS_DIR = "/weights"
+
+
+class WorkerSettings(BaseModel):
+    """Everything a worker needs to start serving."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Engine = Field(description="Engine to run.")
+    mode: Mode = Field(description="continuous: batch requests; sequential: one at a time.")
+    model: str = Field(description="Hub id or local directory of the weights.")
+    served_names: list[str] = Field(
+        min_length=1, description="Names the model answers to (primary first, then aliases)."
+    )
+    revision: str | None = Field(default=None, description="Hub revision.")
+    gpus: int = Field(default=0, ge=0, description="GPUs of the replica (tensor parallel size).")
+    port: int = Field(default=WORKER_PORT, ge=1, le=65535, description="HTTP port.")
+    cache_dir: str = Field(default=CACHE_DIR, description="Download/cache directory.")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="Fraction of GPU memory vLLM may use."
+    )
+    max_model_len: int | None = Field(default=None, gt=0, description="Maximum model length.")
+    max_queue: int = Field(
+        default=16, ge=0, description="Requests a sequential worker queues before 503."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Passed to the engine last.")
+
+    def to_env(self) -> str:
+        return self.model_dump_json(exclude_defaults=True)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> WorkerSettings:
+        env = os.environ if environ is None else environ
+        raw = env.get(SETTINGS_ENV)
+        if not raw:
+            raise ValueError(f"{SETTINGS_ENV} is not set: the operator writes it into the pod")
+        return cls.model_validate_json(raw)

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""The local Kubernetes test bed: a real control plane with fake (GPU) nodes.
+
+    python e2e/testbed.py build    build the pinned binaries into the cache (once)
+    python e2e/testbed.py up       start the cluster and register the fake nodes
+    python e2e/testbed.py status   show what runs and where the kubeconfig is
+    python e2e/testbed.py down     stop the cluster and remove its state
+
+The binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd,
+kwok, kwokctl, helm) are compiled from Go modules fetched through the module proxy. Each
+tool's version is pinned by the wrapper module in ``e2e/tools/<tool>/go.mod``; the build
+lands in ``$TESTBED_CACHE/<tool>-<version>/`` (default ``~/.cache/transcription-operator/
+testbed``) and is reused until the pinned version changes. kwokctl's ``binary`` runtime
+runs the components as local processes on 127.0.0.1; KWOK's controller makes the fake
+nodes Ready and runs their pods.
+
+Only the standard library is used, so this works before the virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOOLS = HERE / "tools"
+CLUSTER = os.environ.get("TESTBED_NAME", "transcription")
+CACHE = Path(
+    os.environ.get("TESTBED_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    / "transcription-operator"
+    / "testbed"
+)
+WORKDIR = CACHE / "kwok"
+KUBECONFIG = CACHE / f"{CLUSTER}.kubeconfig"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One wrapper module under e2e/tools and the binaries built from it."""
+
+    name: str
+    module: str  # the module whose version names the cache entry
+    binaries: dict[str, str]  # binary name -> package path
+    ldflags: tuple[str, ...] = field(default=())
+
+    @property
+    def version(self) -> str:
+        return pinned_version(TOOLS / self.name / "go.mod", self.module)
+
+    @property
+    def dir(self) -> Path:
+        return CACHE / f"{self.name}-{self.version}"
+
+    def path(self, binary: str) -> Path:
+        return self.dir / binary
+
+
+def pinned_version(gomod: Path, module: str) -> str:
+    """The version a go.mod requires of ``module``."""
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", gomod.read_text(), re.M)
+    if not match:
+        raise SystemExit(f"{gomod} does not require {module}")
+    return match.group(1)
+
+
+def _kube_ldflags(version: str) -> list[str]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return flags
+
+
+KUBERNETES = Tool(
+    "kubernetes",
+    "k8s.io/kubernetes",
+    {
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    },
+)
+ETCD = Tool("etcd", "go.etcd.io/etcd/server/v3", {"etcd": "go.etcd.io/etcd/server/v3"})
+KWOK = Tool(
+    "kwok",
+    "sigs.k8s.io/kwok",
+    {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
+)
+HELM = Tool("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"})
+ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM)
+
+
+def ldflags(tool: Tool) -> str:
+    v = tool.version
+    extra = {
+        "kubernetes": _kube_ldflags(v),
+        "etcd": [f"-X go.etcd.io/etcd/api/v3/version.GitSHA={v}"],
+        "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
+        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}"],
+    }[tool.name]
+    return " ".join(["-s", "-w", *extra])
+
+
+def say(msg: str) -> None:
+    print(f"[testbed] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
+    """Build every missing binary into the cache; a no-op when all are present."""
+    missing = [t for t in tools if not all(t.path(b).exists() for b in t.binaries)]
+    for t in tools:
+        if t not in missing:
+            say(f"{t.name} {t.version}: cached in {t.dir}")
+    if missing and not shutil.which("go"):
+        raise SystemExit("the Go toolchain is needed to build the test bed: install Go >= 1.26")
+    for i, t in enumerate(missing, 1):
+        say(
+            f"[{i}/{len(missing)}] building {t.name} {t.version} "
+            f"({', '.join(t.binaries)}) from the Go module proxy; the first build of "
+            "kubernetes takes ~15 min on 2 cores, later runs reuse the cache"
+        )
+        start = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=_mkdir(CACHE)))
+        cmd = [
+            "go", "build", "-trimpath", "-ldflags", ldflags(t), "-o", f"{tmp}/",
+            *t.binaries.values(),
+        ]  # fmt: skip
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
+        while proc.poll() is None:
+            time.sleep(30)
+            if proc.poll() is None:
+                say(f"    ... still building {t.name} ({time.monotonic() - start:.0f}s)")
+        if proc.returncode:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
+        # `go build` names a binary after its package's last element (server/v3 -> "v3").
+        for name, pkg in t.binaries.items():
+            built = tmp / pkg.rstrip("/").split("/")[-1]
+            if built.name != name:
+                built.rename(tmp / name)
+        shutil.rmtree(t.dir, ignore_errors=True)
+        tmp.rename(t.dir)
+        say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+# --------------------------------------------------------------------------- cluster
+
+# Fake nodes registered on `up`: two GPU nodes and one CPU node. KWOK's controller keeps
+# them Ready and moves the pods bound to them to Running.
+NODES = [
+    {"name": "gpu-node-1", "gpus": 2, "cpu": "32", "memory": "256Gi", "gpu_product": "H100"},
+    {"name": "gpu-node-2", "gpus": 4, "cpu": "64", "memory": "512Gi", "gpu_product": "H100"},
+    {"name": "cpu-node-1", "gpus": 0, "cpu": "16", "memory": "64Gi", "gpu_product": ""},
+]
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def node_manifest(spec: dict[str, object]) -> dict[str, object]:
+    gpus = int(str(spec["gpus"]))
+    capacity = {"cpu": spec["cpu"], "memory": spec["memory"], "pods": "110"}
+    labels = {
+        "kubernetes.io/hostname": spec["name"],
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+        labels["nvidia.com/gpu.product"] = str(spec["gpu_product"])
+        labels["nvidia.com/gpu.count"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec["name"],
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        # GPU nodes carry the taint GPU clusters use (GKE, the NVIDIA GPU operator), so
+        # workloads must tolerate it, as they must on a real cluster.
+        "spec": {"taints": [GPU_TAINT] if gpus else []},
+        "status": {
+            "allocatable": capacity,
+            "capacity": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "kubeletVersion": "fake",
+                "operatingSystem": "linux",
+            },
+            "phase": "Running",
+        },
+    }
+
+
+def kubectl(*args: str, check: bool = True, input: str | None = None) -> str:
+    proc = subprocess.run(
+        [str(KUBERNETES.path("kubectl")), "--kubeconfig", str(KUBECONFIG), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+    )
+    if check and proc.returncode:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _kwokctl(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "KWOK_WORKDIR": str(WORKDIR),
+        "KWOK_KUBE_VERSION": KUBERNETES.version,
+        "KWOK_KUBECTL_BINARY": str(KUBERNETES.path("kubectl")),
+    }
+    return subprocess.run(
+        [str(KWOK.path("kwokctl")), "--name", CLUSTER, *args],
+        env=env,
+        text=True,
+        capture_output=capture,
+    )
+
+
+def is_up() -> bool:
+    if not (KUBECONFIG.exists() and KUBERNETES.path("kubectl").exists()):
+        return False
+    proc = subprocess.run(
+        [str(KUBERNETES.path("kubectl")), "--kubeconfig", str(KUBECONFIG),
+         "get", "--raw", "/readyz", "--request-timeout=3s"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+
+def up() -> Path:
+    """Start the cluster (idempotent) and return the kubeconfig path."""
+    build()
+    if is_up():
+        say(f"cluster {CLUSTER!r} already up")
+    else:
+        if (WORKDIR / "clusters" / CLUSTER).exists():
+            say("removing a stopped or broken earlier cluster")
+            down()
+        say(f"starting cluster {CLUSTER!r} (kwokctl binary runtime on 127.0.0.1)")
+        start = time.monotonic()
+        proc = _kwokctl(
+            "create", "cluster",
+            "--runtime", "binary",
+            "--kubeconfig", str(KUBECONFIG),
+            "--kube-apiserver-binary", str(KUBERNETES.path("kube-apiserver")),
+            "--kube-controller-manager-binary", str(KUBERNETES.path("kube-controller-manager")),
+            "--kube-scheduler-binary", str(KUBERNETES.path("kube-scheduler")),
+            "--etcd-binary", str(ETCD.path("etcd")),
+            "--kwok-controller-binary", str(KWOK.path("kwok")),
+            "--wait", "120s",
+        )  # fmt: skip
+        if proc.returncode:
+            raise SystemExit(
+                f"kwokctl could not start the cluster (exit {proc.returncode}); "
+                f"component logs: {WORKDIR / 'clusters' / CLUSTER / 'logs'}"
+            )
+        say(f"control plane ready in {time.monotonic() - start:.1f}s")
+    register_nodes()
+    say(f"kubeconfig: {KUBECONFIG}")
+    return KUBECONFIG
+
+
+def register_nodes() -> None:
+    manifests = {"apiVersion": "v1", "kind": "List", "items": [node_manifest(n) for n in NODES]}
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(manifests))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        nodes = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
+        ready = {
+            n["metadata"]["name"]
+            for n in nodes
+            for c in n.get("status", {}).get("conditions", [])
+            if c["type"] == "Ready" and c["status"] == "True"
+        }
+        if {n["name"] for n in NODES} <= ready:
+            say(f"nodes ready: {', '.join(sorted(ready))}")
+            return
+        time.sleep(0.5)
+    raise SystemExit("the fake nodes did not become Ready within 60s; is the kwok controller up?")
+
+
+def down() -> None:
+    if not KWOK.path("kwokctl").exists():
+        return
+    _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)
+    KUBECONFIG.unlink(missing_ok=True)
+    shutil.rmtree(WORKDIR / "clusters" / CLUSTER, ignore_errors=True)
+    say(f"cluster {CLUSTER!r} removed")
+
+
+def status() -> int:
+    for t in ALL_TOOLS:
+        state = "built" if t.dir.exists() else "not built"
+        print(f"{t.name:12} {t.version:10} {state:10} {t.dir}")
+    if is_up():
+        print(f"cluster {CLUSTER!r}: up, kubeconfig {KUBECONFIG}")
+        print(kubectl("get", "nodes", "-o", "wide"))
+        return 0
+    print(f"cluster {CLUSTER!r}: down")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["build", "up", "down", "status", "kubeconfig"])
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        build()
+    elif args.command == "up":
+        up()
+    elif args.command == "down":
+        down()
+    elif args.command == "kubeconfig":
+        print(KUBECONFIG)
+    else:
+        return status()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,507 @@
+"""Desired state: `build(resource) -> manifests`, a pure function.
+
+Every child carries an owner reference to the resource (so garbage collection removes it
+with the resource) and the `app.kubernetes.io/*` labels; the operator applies the list
+with server-side apply and deletes owned children that are no longer in it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transcription_api.capabilities import Engine
+from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable
+from transcription_api.v1alpha1 import (
+    API_VERSION,
+    KIND,
+    ResourcesSpec,
+    TranscriptionDeployment,
+    WeightsSource,
+)
+from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
+
+from .config import OperatorConfig
+from .plan import Plan, PlannedPool, plan
+
+Manifest = dict[str, Any]
+
+APP = "transcription"
+PART_OF = "transcription-operator"
+POOL_LABEL = "transcription.dev/pool"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+FRONTEND_PORT = 8080
+ROUTES_MOUNT = "/etc/transcription"
+API_KEYS_MOUNT = "/etc/transcription/api-keys"
+
+# The kinds the operator owns, in the order they are applied. Deletion of stale children
+# walks the same list.
+CHILD_KINDS: list[tuple[str, str]] = [
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("policy/v1", "PodDisruptionBudget"),
+]
+
+
+# --------------------------------------------------------------------------- naming
+
+
+def pool_object_name(td: TranscriptionDeployment, pool: str) -> str:
+    return f"{td.name}-{pool}"
+
+
+def frontend_name(td: TranscriptionDeployment) -> str:
+    return f"{td.name}-frontend"
+
+
+def routes_name(td: TranscriptionDeployment) -> str:
+    return f"{td.name}-routes"
+
+
+def frontend_service_name(td: TranscriptionDeployment) -> str:
+    """The Service clients use: named after the resource itself."""
+    return td.name
+
+
+def endpoint_url(td: TranscriptionDeployment, cfg: OperatorConfig) -> str:
+    svc = td.spec.frontend.service
+    port = "" if svc.port == 80 else f":{svc.port}"
+    return f"http://{frontend_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}{port}/v1"
+
+
+def labels(td: TranscriptionDeployment, component: str, pool: str | None = None) -> dict[str, str]:
+    out = {
+        "app.kubernetes.io/name": APP,
+        INSTANCE_LABEL: td.name,
+        COMPONENT_LABEL: component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": PART_OF,
+    }
+    if pool:
+        out[POOL_LABEL] = pool
+    return out
+
+
+def selector(
+    td: TranscriptionDeployment, component: str, pool: str | None = None
+) -> dict[str, str]:
+    out = {INSTANCE_LABEL: td.name, COMPONENT_LABEL: component}
+    if pool:
+        out[POOL_LABEL] = pool
+    return out
+
+
+def owner_reference(td: TranscriptionDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": td.name,
+        "uid": td.metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(
+    td: TranscriptionDeployment, name: str, component: str, pool: str | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": td.namespace,
+        "labels": labels(td, component, pool),
+        "ownerReferences": [owner_reference(td)],
+    }
+
+
+# --------------------------------------------------------------------------- pods
+
+
+RESTRICTED_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def resource_requirements(res: ResourcesSpec) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if res.cpu:
+        requests["cpu"] = res.cpu
+    if res.memory:
+        requests["memory"] = limits["memory"] = res.memory
+    if res.gpus:
+        requests[res.gpu_resource_name] = limits[res.gpu_resource_name] = str(res.gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _pod_meta(td: TranscriptionDeployment, component: str, pool: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {**td.spec.pod.labels, **labels(td, component, pool)}}
+    if td.spec.pod.annotations:
+        meta["annotations"] = dict(td.spec.pod.annotations)
+    return meta
+
+
+def _pod_common(td: TranscriptionDeployment) -> dict[str, Any]:
+    spec: dict[str, Any] = {"securityContext": RESTRICTED_POD_SECURITY}
+    if td.spec.pod.priority_class_name:
+        spec["priorityClassName"] = td.spec.pod.priority_class_name
+    if td.spec.images.pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in td.spec.images.pull_secrets]
+    return spec
+
+
+def image_for(td: TranscriptionDeployment, cfg: OperatorConfig, engine: Engine | str) -> str:
+    override = {
+        "frontend": td.spec.images.frontend,
+        Engine.VLLM: td.spec.images.vllm,
+        Engine.FASTER_WHISPER: td.spec.images.faster_whisper,
+        Engine.TRANSFORMERS: td.spec.images.transformers,
+    }[engine]
+    return override or cfg.images[engine]
+
+
+def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSettings:
+    m = td.spec.model
+    if m.source == WeightsSource.PVC:
+        model = f"{WEIGHTS_DIR}/{(m.path or '').strip('/')}"
+    elif m.source == WeightsSource.IMAGE:
+        model = m.path or m.name
+    else:
+        model = m.name
+    return WorkerSettings(
+        engine=pool.engine,
+        mode=pool.mode,
+        model=model,
+        served_names=m.served_names,
+        revision=m.revision,
+        gpus=pool.spec.resources.gpus,
+        extra_args=pool.spec.engine_args,
+    )
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def _worker_volumes(td: TranscriptionDeployment, pool: PlannedPool) -> tuple[list[Any], list[Any]]:
+    m = td.spec.model
+    cache: dict[str, Any]
+    if m.cache.claim_name:
+        cache = {"persistentVolumeClaim": {"claimName": m.cache.claim_name}}
+    else:
+        cache = {"emptyDir": {"sizeLimit": m.cache.size_limit}}
+    volumes: list[Any] = [{"name": "model-cache", **cache}, {"name": "tmp", "emptyDir": {}}]
+    mounts: list[Any] = [
+        {"name": "model-cache", "mountPath": CACHE_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if m.source == WeightsSource.PVC:
+        volumes.append(
+            {
+                "name": "weights",
+                "persistentVolumeClaim": {"claimName": m.claim_name, "readOnly": True},
+            }
+        )
+        mounts.append({"name": "weights", "mountPath": WEIGHTS_DIR, "readOnly": True})
+    if pool.engine == Engine.VLLM:
+        # vLLM's workers exchange tensors through shared memory.
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def worker_deployment(
+    td: TranscriptionDeployment, pool: PlannedPool, cfg: OperatorConfig
+) -> Manifest:
+    p = pool.spec
+    env: list[dict[str, Any]] = [
+        {"name": "TRANSCRIPTION_WORKER_SETTINGS", "value": worker_settings(td, pool).to_env()},
+        {"name": "HF_HOME", "value": CACHE_DIR},
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    if td.spec.model.hub_token_secret:
+        ref = td.spec.model.hub_token_secret
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    env += [e.model_dump(by_alias=True, exclude_none=True) for e in p.env]
+    volumes, mounts = _worker_volumes(td, pool)
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": image_for(td, cfg, pool.engine),
+        "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
+        "ports": [{"name": "http", "containerPort": WORKER_PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": resource_requirements(p.resources),
+        "volumeMounts": mounts,
+        # Loading weights can take many minutes: the startup probe allows 30 of them.
+        "startupProbe": _probe("/health", 10, 180),
+        "readinessProbe": _probe("/health", 5, 3),
+        "livenessProbe": _probe("/health", 15, 4),
+        # Give endpoint controllers time to take the pod out of rotation before it stops.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
+    }
+    tolerations = list(p.tolerations)
+    if p.resources.gpus and GPU_TOLERATION not in tolerations:
+        tolerations.append(GPU_TOLERATION)
+    pod_spec: dict[str, Any] = {
+        **_pod_common(td),
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": False,
+    }
+    if td.spec.pod.service_account_name:
+        pod_spec["serviceAccountName"] = td.spec.pod.service_account_name
+    else:
+        pod_spec["automountServiceAccountToken"] = False
+    if p.node_selector:
+        pod_spec["nodeSelector"] = dict(p.node_selector)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if p.affinity:
+        pod_spec["affinity"] = p.affinity
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(td, pool_object_name(td, pool.name), "worker", pool.name),
+        "spec": {
+            "replicas": p.replicas,
+            "selector": {"matchLabels": selector(td, "worker", pool.name)},
+            # Never drop below the desired capacity during a rollout.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": {"metadata": _pod_meta(td, "worker", pool.name), "spec": pod_spec},
+        },
+    }
+
+
+def worker_service(td: TranscriptionDeployment, pool: PlannedPool) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(td, pool_object_name(td, pool.name), "worker", pool.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(td, "worker", pool.name),
+            "ports": [{"name": "http", "port": WORKER_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def pod_disruption_budget(
+    td: TranscriptionDeployment, name: str, component: str, pool: str | None
+) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(td, name, component, pool),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(td, component, pool)}},
+    }
+
+
+# --------------------------------------------------------------------------- frontend
+
+
+def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
+    return RouteTable(
+        model=td.spec.model.name,
+        aliases=td.spec.model.aliases,
+        namespace=td.namespace,
+        max_upload_bytes=td.spec.frontend.max_upload_bytes,
+        pools=[
+            PoolRoute(
+                name=p.name,
+                engine=p.engine,
+                mode=p.mode,
+                service=pool_object_name(td, p.name),
+                port=WORKER_PORT,
+                automatic=p.automatic,
+            )
+            for p in the_plan.pools
+        ],
+    )
+
+
+def routes_configmap(td: TranscriptionDeployment, table: RouteTable) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(td, routes_name(td), "routes"),
+        "data": {ROUTES_KEY: table.dumps()},
+    }
+
+
+def frontend_rbac(td: TranscriptionDeployment) -> list[Manifest]:
+    name = frontend_name(td)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(td, name, "frontend"),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(td, name, "frontend"),
+            "rules": [
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [routes_name(td)],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(td, name, "frontend"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": td.namespace}],
+        },
+    ]
+
+
+def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Manifest:
+    fe = td.spec.frontend
+    args = [
+        "--routes", f"{ROUTES_MOUNT}/{ROUTES_KEY}",
+        "--port", str(FRONTEND_PORT),
+        "--discovery", "kubernetes",
+    ]  # fmt: skip
+    volumes: list[Any] = [
+        {"name": "routes", "configMap": {"name": routes_name(td)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    mounts: list[Any] = [
+        {"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if fe.api_key_secret:
+        args += ["--api-keys", f"{API_KEYS_MOUNT}/{fe.api_key_secret.key}"]
+        volumes.append(
+            {
+                "name": "api-keys",
+                "secret": {
+                    "secretName": fe.api_key_secret.name,
+                    "items": [{"key": fe.api_key_secret.key, "path": fe.api_key_secret.key}],
+                },
+            }
+        )
+        mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
+    container = {
+        "name": "frontend",
+        "image": image_for(td, cfg, "frontend"),
+        "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
+        "args": args,
+        "env": [
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            }
+        ],
+        "ports": [{"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"}],
+        "resources": resource_requirements(fe.resources),
+        "volumeMounts": mounts,
+        "readinessProbe": _probe("/ready", 5, 2),
+        "livenessProbe": _probe("/health", 10, 3),
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+        "securityContext": {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
+    }
+    pod_spec = {
+        **_pod_common(td),
+        "serviceAccountName": frontend_name(td),
+        "automountServiceAccountToken": True,
+        "containers": [container],
+        "volumes": volumes,
+        "enableServiceLinks": False,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(td, frontend_name(td), "frontend"),
+        "spec": {
+            "replicas": fe.replicas,
+            "selector": {"matchLabels": selector(td, "frontend")},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": {"metadata": _pod_meta(td, "frontend", None), "spec": pod_spec},
+        },
+    }
+
+
+def frontend_service(td: TranscriptionDeployment) -> Manifest:
+    svc = td.spec.frontend.service
+    meta = _meta(td, frontend_service_name(td), "frontend")
+    if svc.annotations:
+        meta["annotations"] = dict(svc.annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": svc.type.value,
+            "selector": selector(td, "frontend"),
+            "ports": [{"name": "http", "port": svc.port, "targetPort": "http"}],
+        },
+    }
+
+
+# --------------------------------------------------------------------------- all
+
+
+def build(
+    td: TranscriptionDeployment, cfg: OperatorConfig, the_plan: Plan | None = None
+) -> list[Manifest]:
+    """Every child the resource should have, in apply order."""
+    the_plan = the_plan or plan(td.spec)
+    out: list[Manifest] = [*frontend_rbac(td), routes_configmap(td, route_table(td, the_plan))]
+    for pool in the_plan.pools:
+        out.append(worker_service(td, pool))
+    out.append(frontend_service(td))
+    for pool in the_plan.pools:
+        out.append(worker_deployment(td, pool, cfg))
+    out.append(frontend_deployment(td, cfg))
+    for pool in the_plan.pools:
+        if pool.spec.replicas > 1:
+            out.append(
+                pod_disruption_budget(td, pool_object_name(td, pool.name), "worker", pool.name)
+            )
+    if td.spec.frontend.replicas > 1:
+        out.append(pod_disruption_budget(td, frontend_name(td), "frontend", None))
+    return out

@@ -1,0 +1,170 @@
+"""kopf wiring: thin handlers that feed a watch cache and a work queue.
+
+kopf is used for what it does well -- watching, login, liveness, graceful shutdown -- and
+only through *event* handlers, which kopf keeps no bookkeeping for: no annotations, no
+finalizers, no status fields are written by kopf (GitOps tools see no drift). Every event
+of a resource or of one of its children enqueues the resource; queue workers run the
+level-triggered `Reconciler` (in a thread, as the official client is synchronous), with
+per-resource exclusivity, exponential backoff on API errors and a periodic resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+import kopf
+from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
+
+from . import metrics
+from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF
+from .config import OperatorConfig
+from .kube import KINDS, Kube
+from .queue import WorkQueue
+from .reconciler import TD_KIND, Cache, Reconciler
+
+log = logging.getLogger("transcription_operator")
+
+WORKERS = 4
+RESYNC_SECONDS = 300.0
+
+
+class Runtime:
+    """The process-wide state the handlers share; set up at startup."""
+
+    def __init__(self) -> None:
+        self.cache = Cache()
+        self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self.reconciler: Reconciler | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.kubeconfig: str | None = None
+
+
+RUNTIME = Runtime()
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings, each chosen on purpose."""
+    # Event handlers only: kopf stores nothing on our objects. Should a change handler
+    # ever be added, its bookkeeping goes to status.kopf, never to annotations.
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+    settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.diffbase")
+    # Handler log lines must not become Kubernetes Events (each one a write): we post the
+    # Events users need ourselves.
+    settings.posting.enabled = False
+    # One replica (the chart runs it with the Recreate strategy): no peering objects.
+    settings.peering.standalone = True
+    # Watches are restarted by the server every 5 minutes at most; reconnect quickly.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.reconnect_backoff = 1.0
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    # Events of one object are batched for 0.1 s, then handed over.
+    settings.batching.batch_window = 0.1
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    configure(settings)
+    kube = Kube.connect(RUNTIME.kubeconfig)
+    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, OperatorConfig.from_env())
+    RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
+    RUNTIME.tasks.append(asyncio.create_task(_resync()))
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    for t in RUNTIME.tasks:
+        t.cancel()
+    await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
+
+
+@kopf.on.probe(id="queue_depth")
+def queue_depth(**_: Any) -> int:
+    return RUNTIME.queue.depth
+
+
+def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body) -> dict[str, Any]:
+    obj = copy.deepcopy(dict(body))
+    obj["kind"], obj["apiVersion"] = kind, api_version
+    meta = obj["metadata"]
+    if event.get("type") == "DELETED":
+        RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
+    else:
+        RUNTIME.cache.put(obj)
+    metrics.MANAGED.labels(kind=kind).set(RUNTIME.cache.count(kind))
+    return obj
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    obj = _remember(TD_KIND, f"{GROUP}/{VERSION}", event, body)
+    RUNTIME.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+
+def _register_child(api_version: str, kind: str) -> None:
+    group, _, version = api_version.rpartition("/")
+    plural = KINDS[kind].plural
+
+    def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        obj = _remember(kind, api_version, event, body)
+        instance = (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
+        if instance:
+            RUNTIME.queue.add((obj["metadata"]["namespace"], instance))
+
+    child_event.__name__ = f"{kind.lower()}_event"
+    kopf.on.event(
+        group,
+        version,
+        plural,
+        labels={"app.kubernetes.io/managed-by": PART_OF},
+        id=f"watch-{plural}",
+    )(child_event)
+
+
+for _api_version, _kind in CHILD_KINDS:
+    _register_child(_api_version, _kind)
+
+
+async def _worker(index: int) -> None:
+    while True:
+        key = await RUNTIME.queue.get()
+        metrics.QUEUE_DEPTH.set(RUNTIME.queue.depth)
+        try:
+            await _reconcile(key)
+        finally:
+            RUNTIME.queue.done(key)
+
+
+async def _reconcile(key: tuple[str, str]) -> None:
+    assert RUNTIME.reconciler is not None
+    kube = RUNTIME.reconciler.kube
+    before = dict(kube.requests)
+    with metrics.RECONCILE_SECONDS.time():
+        try:
+            result = await asyncio.to_thread(RUNTIME.reconciler.reconcile, *key)
+        except Exception as e:
+            delay = RUNTIME.queue.retry(key)
+            metrics.RECONCILES.labels(result="error").inc()
+            log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
+            return
+        finally:
+            for verb, n in kube.requests.items():
+                if n - before.get(verb, 0):
+                    metrics.API_REQUESTS.labels(verb=verb).inc(n - before.get(verb, 0))
+    RUNTIME.queue.forget(key)
+    metrics.RECONCILES.labels(result=result.outcome).inc()
+    if result.writes:
+        log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
+    if result.requeue_after:
+        RUNTIME.queue.add(key, delay=result.requeue_after)
+
+
+async def _resync() -> None:
+    """Reconcile every known resource now and then, as informers resync."""
+    while True:
+        await asyncio.sleep(RESYNC_SECONDS)
+        for ns, name in RUNTIME.cache.keys(TD_KIND):
+            RUNTIME.queue.add((ns, name))

@@ -1,0 +1,198 @@
+"""A small typed layer over the official client's ApiClient: generic REST by kind.
+
+Server-side apply, delete with a UID precondition, status patches and Events, for the few
+kinds the operator owns. Every request is counted (operator metrics and the benchmark
+report API requests per reconcile).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
+
+from .config import FIELD_MANAGER
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+
+    @property
+    def base(self) -> str:
+        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+
+    def path(self, namespace: str, name: str | None = None, sub: str | None = None) -> str:
+        p = f"{self.base}/namespaces/{namespace}/{self.plural}"
+        if name:
+            p += f"/{name}"
+        if sub:
+            p += f"/{sub}"
+        return p
+
+
+KINDS = {
+    k.kind: k
+    for k in (
+        Kind("v1", "ServiceAccount", "serviceaccounts"),
+        Kind("v1", "ConfigMap", "configmaps"),
+        Kind("v1", "Service", "services"),
+        Kind("v1", "Secret", "secrets"),
+        Kind("v1", "Event", "events"),
+        Kind("apps/v1", "Deployment", "deployments"),
+        Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
+        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+        Kind(f"{GROUP}/{VERSION}", "TranscriptionDeployment", PLURAL),
+    )
+}
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        try:
+            self.message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            self.message = body
+        super().__init__(f"{status} {reason}: {self.message}")
+
+
+class Kube:
+    """Thread-safe; one instance per process."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api = api_client
+        self.requests: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None) -> Kube:
+        if kubeconfig:
+            cfg = client.Configuration()
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            cfg = client.Configuration()
+            try:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cls(client.ApiClient(cfg))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        with self._lock:
+            self.requests[method] += 1
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        _, url, headers, _, _ = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            auth_settings=["BearerToken"],
+        )
+        data = json.dumps(body) if body is not None else None
+        try:
+            resp = self.api.call_api(method, url, header_params=headers, body=data)
+        except ApiException as e:
+            raise KubeError(e.status or 0, e.reason or "", e.body or "") from e
+        raw = resp.read()  # type: ignore[no-untyped-call]
+        if resp.status >= 400:
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            raise KubeError(resp.status, resp.reason or "", text)
+        return json.loads(raw) if raw else None
+
+    # ------------------------------------------------------------------ verbs
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.request("GET", KINDS[kind].path(namespace, name))
+            return obj
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        out = self.request("GET", KINDS[kind].path(namespace), query=query)
+        items: list[dict[str, Any]] = out.get("items", [])
+        return items
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply under the operator's field manager (forcing conflicts)."""
+        meta = manifest["metadata"]
+        path = KINDS[manifest["kind"]].path(meta["namespace"], meta["name"])
+        obj: dict[str, Any] = self.request(
+            "PATCH",
+            path,
+            body=manifest,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+        return obj
+
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> bool:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", KINDS[kind].path(namespace, name), body=body)
+            return True
+        except KubeError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.request(
+            "PATCH",
+            KINDS["TranscriptionDeployment"].path(namespace, name, "status"),
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        meta = owner["metadata"]
+        self.request(
+            "POST",
+            KINDS["Event"].path(meta["namespace"]),
+            body={
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                    "resourceVersion": meta.get("resourceVersion"),
+                },
+                "type": type_,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": FIELD_MANAGER},
+                "reportingComponent": FIELD_MANAGER,
+                "reportingInstance": FIELD_MANAGER,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )

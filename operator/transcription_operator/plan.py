@@ -1,0 +1,152 @@
+"""Which pools a resource runs: the declared ones plus the automatic sequential split.
+
+Pure functions of the spec. The traffic a resource declares becomes a list of *needs*
+(an endpoint alone, and the endpoint with each declared feature). A need that no pool's
+capability set covers gets a sequential pool added for it: the default engine in
+sequential mode when that covers it, else the first fallback engine that does. A need
+nothing can cover is reported, and ends in the `Degraded` condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transcription_api.capabilities import (
+    SPLIT_FALLBACK_ENGINES,
+    Capability,
+    CapabilitySet,
+    Engine,
+    Mode,
+    capability_set,
+)
+from transcription_api.v1alpha1 import (
+    PoolSpec,
+    ResourcesSpec,
+    TranscriptionDeploymentSpec,
+    default_mode,
+)
+
+DEFAULT_POOL = "default"
+
+
+@dataclass(frozen=True)
+class PlannedPool:
+    """A pool as it will run: engine and mode resolved."""
+
+    spec: PoolSpec
+    engine: Engine
+    mode: Mode
+    automatic: bool = False
+    covers: frozenset[Capability] = frozenset()  # for automatic pools: the need it serves
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def capabilities(self) -> CapabilitySet:
+        caps = capability_set(self.engine, self.mode)
+        assert caps is not None, "plan() only yields valid (engine, mode) pairs"
+        return caps
+
+    @property
+    def reason(self) -> str | None:
+        if not self.automatic:
+            return None
+        return "added for traffic needing " + ", ".join(sorted(self.covers))
+
+
+@dataclass(frozen=True)
+class Plan:
+    pools: list[PlannedPool]
+    uncovered: list[frozenset[Capability]] = field(default_factory=list)
+
+    @property
+    def automatic(self) -> list[PlannedPool]:
+        return [p for p in self.pools if p.automatic]
+
+
+def traffic_needs(spec: TranscriptionDeploymentSpec) -> list[frozenset[Capability]]:
+    """Kinds of request the resource must serve: each endpoint, alone and with each feature."""
+    needs: list[frozenset[Capability]] = []
+    for endpoint in spec.traffic.endpoints:
+        needs.append(frozenset({Capability(endpoint)}))
+        needs.extend(
+            frozenset({Capability(endpoint), Capability(f)}) for f in spec.traffic.features
+        )
+    return needs
+
+
+def declared_pools(spec: TranscriptionDeploymentSpec) -> list[PlannedPool]:
+    pools = spec.pools or [PoolSpec(name=DEFAULT_POOL)]
+    out = []
+    for p in pools:
+        engine = spec.pool_engine(p)
+        out.append(PlannedPool(spec=p, engine=engine, mode=p.mode or default_mode(engine)))
+    return out
+
+
+def describe(need: frozenset[Capability]) -> str:
+    """'transcriptions with word_timestamps'"""
+    endpoint = next(c for c in need if c in (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS))
+    rest = sorted(need - {endpoint})
+    return endpoint.value + (" with " + ", ".join(rest) if rest else "")
+
+
+def plan(spec: TranscriptionDeploymentSpec) -> Plan:
+    declared = declared_pools(spec)
+    pools = list(declared)
+    uncovered: list[frozenset[Capability]] = []
+    split_needs: list[frozenset[Capability]] = []
+    taken = {p.name for p in pools}
+    for need in traffic_needs(spec):
+        if any(p.capabilities.covers(need) for p in declared):
+            continue
+        split_needs.append(need)
+        if any(p.capabilities.covers(need) for p in pools):
+            continue  # an automatic pool added for an earlier need covers this one too
+        engine = _split_engine(spec.engine, need) if spec.auto_split.enabled else None
+        if engine is None:
+            uncovered.append(need)
+            continue
+        name = f"auto-{engine.value}"
+        while name in taken:
+            name += "-x"
+        taken.add(name)
+        pools.append(
+            PlannedPool(
+                spec=_split_pool_spec(spec, name, engine, declared[0].spec.resources),
+                engine=engine,
+                mode=Mode.SEQUENTIAL,
+                automatic=True,
+            )
+        )
+    # Say what each automatic pool is there for: the needs no declared pool covers.
+    pools = [
+        p if not p.automatic else PlannedPool(
+            spec=p.spec, engine=p.engine, mode=p.mode, automatic=True,
+            covers=frozenset().union(*(n for n in split_needs if p.capabilities.covers(n))),
+        )
+        for p in pools
+    ]  # fmt: skip
+    return Plan(pools=pools, uncovered=uncovered)
+
+
+def _split_engine(default: Engine, need: frozenset[Capability]) -> Engine | None:
+    for engine in (default, *SPLIT_FALLBACK_ENGINES):
+        caps = capability_set(engine, Mode.SEQUENTIAL)
+        if caps is not None and caps.covers(need):
+            return engine
+    return None
+
+
+def _split_pool_spec(
+    spec: TranscriptionDeploymentSpec, name: str, engine: Engine, resources: ResourcesSpec
+) -> PoolSpec:
+    return PoolSpec(
+        name=name,
+        engine=engine,
+        mode=Mode.SEQUENTIAL,
+        replicas=spec.auto_split.replicas,
+        resources=spec.auto_split.resources or resources,
+    )

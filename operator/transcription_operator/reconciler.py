@@ -1,0 +1,266 @@
+"""One reconcile of one resource: observe (from the watch cache), build, apply, report.
+
+Level-triggered: whatever event arrives (the resource changed, a child changed or
+vanished, a timer), the same function computes the whole desired state and converges to
+it. Nothing is written when the cluster already matches: a child is applied only when
+its live object differs from the desired one, and the status only when it changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from transcription_api.v1alpha1 import TranscriptionDeployment
+
+from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF, build
+from .config import OperatorConfig
+from .kube import Kube, KubeError
+from .plan import plan
+from .status import Observed, compute_status, status_body
+
+log = logging.getLogger(__name__)
+MANAGED_BY = "app.kubernetes.io/managed-by"
+TD_KIND = "TranscriptionDeployment"
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def is_subset(desired: Any, live: Any) -> bool:
+    """Whether every field of `desired` is present and equal in `live`.
+
+    The API server adds defaults to what we apply, so equality is checked only for the
+    fields the operator sets. Lists must have the same length (an added container or env
+    var is drift).
+    """
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(
+            k in live and is_subset(v, live[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
+        )
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is live
+    if isinstance(desired, int | float) and isinstance(live, int | float):
+        return desired == live
+    return str(desired) == str(live)
+
+
+class Cache:
+    """Objects last seen on the watch streams, by (kind, namespace, name)."""
+
+    def __init__(self) -> None:
+        self._objs: dict[Key, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        with self._lock:
+            self._objs[(obj["kind"], m["namespace"], m["name"])] = obj
+
+    def drop(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._objs.pop((kind, namespace, name), None)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objs.get((kind, namespace, name))
+
+    def children(self, namespace: str, instance: str, uid: str) -> list[dict[str, Any]]:
+        """Cached objects owned by the resource with this UID."""
+        with self._lock:
+            objs = list(self._objs.values())
+        return [
+            o
+            for o in objs
+            if o["kind"] != TD_KIND
+            and o["metadata"]["namespace"] == namespace
+            and (o["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == instance
+            and any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
+
+    def keys(self, kind: str) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(ns, name) for k, ns, name in self._objs if k == kind]
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return sum(1 for k in self._objs if k[0] == kind)
+
+
+@dataclass
+class Result:
+    outcome: str  # "applied", "unchanged", "degraded", "gone", "error"
+    writes: int = 0
+    requeue_after: float | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, cache: Cache, cfg: OperatorConfig) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.cfg = cfg
+
+    def reconcile(self, namespace: str, name: str) -> Result:
+        body = self.cache.get(TD_KIND, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return Result("gone")  # children go with it: garbage collection
+        try:
+            td = TranscriptionDeployment.model_validate(body)
+        except ValidationError as e:
+            problem = ("InvalidSpec", _validation_message(e))
+            return self._report(body, None, Observed(problems=[problem]), writes=0)
+
+        the_plan = plan(td.spec)
+        desired = build(td, self.cfg, the_plan)
+        observed = Observed(problems=self._missing_secrets(td))
+        writes = 0
+        for manifest in desired:
+            meta = manifest["metadata"]
+            live = self.cache.get(manifest["kind"], meta["namespace"], meta["name"])
+            if live is not None and is_subset(manifest, live):
+                continue
+            try:
+                applied = self.kube.apply(manifest)
+            except KubeError as e:
+                if e.status in (400, 403, 422):
+                    # The spec asks for something the API server refuses (a bad affinity,
+                    # say): retrying cannot help until the spec changes.
+                    msg = f"{manifest['kind']} {meta['name']}: {e.message}"
+                    observed.problems.append(("ApplyFailed", msg))
+                    continue
+                raise
+            writes += 1
+            self.cache.put(applied)
+        writes += self._prune(td, desired)
+        for child in self.cache.children(namespace, name, str(td.metadata["uid"])):
+            if child["kind"] == "Deployment":
+                observed.deployments[child["metadata"]["name"]] = child
+        return self._report(body, td, observed, writes, the_plan)
+
+    def _report(
+        self,
+        body: dict[str, Any],
+        td: TranscriptionDeployment | None,
+        observed: Observed,
+        writes: int,
+        the_plan: Any = None,
+    ) -> Result:
+        meta = body["metadata"]
+        old = body.get("status") or {}
+        if td is None:
+            generation = meta.get("generation")
+            reason, msg = observed.problems[0]
+            new = {
+                "observedGeneration": generation,
+                "conditions": [
+                    {"type": t, "status": s, "reason": reason, "message": msg,
+                     "lastTransitionTime": now_rfc3339(), "observedGeneration": generation}
+                    for t, s in (("Ready", "False"), ("Degraded", "True"), ("Stalled", "True"))
+                ],
+            }  # fmt: skip
+        else:
+            new = status_body(compute_status(td, the_plan, observed, self.cfg, now_rfc3339()))
+        if _without_kopf(old) != new:
+            self.kube.patch_status(meta["namespace"], meta["name"], new)
+            writes += 1
+            writes += self._events(body, old, new)
+            body = {**body, "status": new}
+            self.cache.put(body)
+        outcome = (
+            "degraded"
+            if observed.problems or (td and the_plan.uncovered)
+            else ("applied" if writes else "unchanged")
+        )
+        # Missing Secrets are not watched: look again in a minute (not a retry storm).
+        requeue = 60.0 if observed.problems else None
+        return Result(outcome, writes, requeue, [m for _, m in observed.problems])
+
+    def _prune(self, td: TranscriptionDeployment, desired: list[dict[str, Any]]) -> int:
+        wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
+        kinds = {k for _, k in CHILD_KINDS}
+        deleted = 0
+        for child in self.cache.children(td.namespace, td.name, str(td.metadata["uid"])):
+            key = (child["kind"], child["metadata"]["name"])
+            labels = child["metadata"].get("labels") or {}
+            if key in wanted or child["kind"] not in kinds or labels.get(MANAGED_BY) != PART_OF:
+                continue
+            log.info("deleting %s %s/%s: no longer desired", *key[:1], td.namespace, key[1])
+            if self.kube.delete(child["kind"], td.namespace, key[1], child["metadata"]["uid"]):
+                deleted += 1
+            self.cache.drop(child["kind"], td.namespace, key[1])
+        return deleted
+
+    def _missing_secrets(self, td: TranscriptionDeployment) -> list[tuple[str, str]]:
+        refs = []
+        if td.spec.frontend.api_key_secret:
+            refs.append(("frontend.apiKeySecret", td.spec.frontend.api_key_secret.name))
+        if td.spec.model.hub_token_secret:
+            refs.append(("model.hubTokenSecret", td.spec.model.hub_token_secret.name))
+        problems = []
+        for field_name, secret in refs:
+            try:
+                exists = self.kube.get("Secret", td.namespace, secret) is not None
+            except KubeError as e:
+                if e.status != 403:
+                    raise
+                exists = True  # not allowed to look: let the pod report it
+            if not exists:
+                problems.append(
+                    (
+                        "SecretNotFound",
+                        f"{field_name}: Secret {td.namespace}/{secret} does not exist; "
+                        "create it or remove the reference",
+                    )
+                )
+        return problems
+
+    def _events(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> int:
+        """Post an Event for each condition that changed in a way users care about."""
+        before = {c["type"]: c for c in old.get("conditions", [])}
+        posted = 0
+        for c in new.get("conditions", []):
+            prev = before.get(c["type"])
+            changed = prev is None or (prev["status"], prev.get("message")) != (
+                c["status"], c.get("message"),
+            )  # fmt: skip
+            if not changed:
+                continue
+            if c["type"] == "AutoSplit" and c["status"] == "True":
+                event = ("Normal", c["reason"], c["message"])
+            elif c["type"] == "Degraded" and c["status"] == "True":
+                event = ("Warning", c["reason"], c["message"])
+            elif c["type"] == "Ready" and c["status"] == "True" and prev is not None:
+                event = ("Normal", "Ready", c["message"])
+            else:
+                continue
+            try:
+                self.kube.event(body, *event, now=now_rfc3339())
+                posted += 1
+            except KubeError as e:
+                log.warning("could not post event %s: %s", event[1], e)
+        return posted
+
+
+def _without_kopf(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "kopf"}
+
+
+def _validation_message(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:5]:
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else err["msg"])
+    return "invalid spec: " + "; ".join(parts)
