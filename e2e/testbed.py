@@ -140,10 +140,9 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         )
         start = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=_mkdir(CACHE)))
-        cmd = [
-            "go", "build", "-trimpath", "-ldflags", ldflags(t), "-o", f"{tmp}/",
-            *t.binaries.values(),
-        ]  # fmt: skip
+        # One package: name the output; several: `go build` names each after its package.
+        out = f"{tmp}/{next(iter(t.binaries))}" if len(t.binaries) == 1 else f"{tmp}/"
+        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t), "-o", out, *t.binaries.values()]
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
         proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
         while proc.poll() is None:
@@ -153,11 +152,9 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         if proc.returncode:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
-        # `go build` names a binary after its package's last element (server/v3 -> "v3").
-        for name, pkg in t.binaries.items():
-            built = tmp / pkg.rstrip("/").split("/")[-1]
-            if built.name != name:
-                built.rename(tmp / name)
+        missing_bins = [b for b in t.binaries if not (tmp / b).exists()]
+        if missing_bins:
+            raise SystemExit(f"building {t.name} produced no {', '.join(missing_bins)}")
         shutil.rmtree(t.dir, ignore_errors=True)
         tmp.rename(t.dir)
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
@@ -208,12 +205,6 @@ def node_manifest(spec: dict[str, object]) -> dict[str, object]:
         "status": {
             "allocatable": capacity,
             "capacity": capacity,
-            "nodeInfo": {
-                "architecture": "amd64",
-                "kubeletVersion": "fake",
-                "operatingSystem": "linux",
-            },
-            "phase": "Running",
         },
     }
 
@@ -231,6 +222,7 @@ def kubectl(*args: str, check: bool = True, input: str | None = None) -> str:
 
 
 def _kwokctl(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    """kwokctl with the test bed's work directory and our binaries (it never downloads)."""
     env = {
         **os.environ,
         "KWOK_WORKDIR": str(WORKDIR),
@@ -277,8 +269,10 @@ def up() -> Path:
             "--etcd-binary", str(ETCD.path("etcd")),
             "--kwok-controller-binary", str(KWOK.path("kwok")),
             "--wait", "120s",
+            capture=True,
         )  # fmt: skip
         if proc.returncode:
+            sys.stderr.write(proc.stdout + proc.stderr)
             raise SystemExit(
                 f"kwokctl could not start the cluster (exit {proc.returncode}); "
                 f"component logs: {WORKDIR / 'clusters' / CLUSTER / 'logs'}"

@@ -1,0 +1,196 @@
+"""Session fixtures for tests that need the local Kubernetes test bed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testbed
+
+E2E_DIR = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+class Kubectl:
+    """kubectl against the test bed, with JSON in and out."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.binary = str(testbed.KUBERNETES.path("kubectl"))
+
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if check and proc.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc
+
+    def __call__(self, *args: str, input: str | None = None) -> str:
+        return self.run(*args, input=input).stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "-o", "json"))
+
+    def apply(self, obj: dict[str, Any] | str, namespace: str | None = None) -> str:
+        text = obj if isinstance(obj, str) else json.dumps(obj)
+        ns = ["-n", namespace] if namespace else []
+        return self("apply", *ns, "-f", "-", input=text)
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = ""
+) -> Any:
+    """Poll until `predicate()` is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Path]:
+    """A running test bed; started (and later stopped) unless one is already up."""
+    was_up = testbed.is_up()
+    kubeconfig = testbed.up()
+    yield kubeconfig
+    if not was_up and not os.environ.get("TESTBED_KEEP"):
+        testbed.down()
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Path) -> Kubectl:
+    return Kubectl(cluster)
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+ROOT = E2E_DIR.parent
+CRD_FILE = ROOT / "crds" / "transcriptiondeployments.transcription.dev.yaml"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """The operator as a local process against the test bed."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, args: list[str] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.args = args or []
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import sys
+        import urllib.request
+
+        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "transcription_operator.main", "--kubeconfig", str(self.kubeconfig),
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port), *self.args],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+        def healthy() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"operator exited; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+                ) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_for(healthy, timeout=60, what="the operator's liveness endpoint")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+        self.proc = None
+
+    def metrics(self) -> dict[str, float]:
+        """Samples of the operator's Prometheus metrics, by 'name{labels}'."""
+        import urllib.request
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def writes(self) -> float:
+        m = self.metrics()
+        return sum(
+            v for k, v in m.items()
+            if k.startswith("transcription_operator_api_requests_total") and 'verb="GET"' not in k
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def crd_installed(kubectl: Kubectl) -> None:
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "crd/transcriptiondeployments.transcription.dev",
+        "--timeout=60s",
+    )
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: Path, crd_installed: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    op = OperatorProcess(cluster, log)
+    op.start()
+    yield op
+    op.stop()

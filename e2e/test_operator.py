@@ -1,0 +1,324 @@
+"""The operator against the real API server, controllers, scheduler and KWOK nodes."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testbed
+import yaml
+from conftest import ROOT, Kubectl, OperatorProcess, wait_for
+
+SAMPLES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))}
+GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
+CPU_NODES = {n["name"] for n in testbed.NODES if not n["gpus"]}
+CHILD_KINDS = (
+    "deployments,services,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
+)
+QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "60"))
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+
+def td_get(kubectl: Kubectl, ns: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = kubectl.json("get", "tdeploy", name, "-n", ns)
+    return result
+
+
+def condition(td: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in (td.get("status") or {}).get("conditions", []):
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def wait_ready(kubectl: Kubectl, ns: str, name: str, timeout: float = 90) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        td = td_get(kubectl, ns, name)
+        c = condition(td, "Ready")
+        current = (td.get("status") or {}).get("observedGeneration") == td["metadata"]["generation"]
+        return td if current and c.get("status") == "True" else None
+
+    result: dict[str, Any] = wait_for(ready, timeout=timeout, what=f"{ns}/{name} to be Ready")
+    return result
+
+
+def children(kubectl: Kubectl, ns: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    items = kubectl.json("get", CHILD_KINDS, "-n", ns, "-l", f"app.kubernetes.io/instance={name}")[
+        "items"
+    ]
+    return {(i["kind"], i["metadata"]["name"]): i for i in items}
+
+
+def versions(kubectl: Kubectl, ns: str, name: str) -> dict[tuple[str, str], str]:
+    out = {k: v["metadata"]["resourceVersion"] for k, v in children(kubectl, ns, name).items()}
+    out[("TranscriptionDeployment", name)] = td_get(kubectl, ns, name)["metadata"][
+        "resourceVersion"
+    ]
+    return out
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_sample_becomes_ready_with_every_child_owned(
+    kubectl: Kubectl, namespace: str, sample: str
+) -> None:
+    doc = SAMPLES[sample]
+    name = doc["metadata"]["name"]
+    kubectl.apply(doc, namespace)
+    td = wait_ready(kubectl, namespace, name)
+    uid = td["metadata"]["uid"]
+
+    kids = children(kubectl, namespace, name)
+    kinds = {k for k, _ in kids}
+    assert kinds >= {"Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding"}
+    for (kind, child), obj in kids.items():
+        refs = obj["metadata"]["ownerReferences"]
+        assert [(r["uid"], r["controller"]) for r in refs] == [(uid, True)], f"{kind} {child}"
+
+    # Worker pods of GPU pools land on GPU nodes; CPU pools on the CPU node.
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=worker")[
+        "items"
+    ]
+    assert pods
+    for pod in pods:
+        gpus = pod["spec"]["containers"][0]["resources"].get("limits", {}).get("nvidia.com/gpu")
+        assert pod["status"]["phase"] == "Running"
+        assert pod["spec"]["nodeName"] in (GPU_NODES if gpus else CPU_NODES)
+
+    status = td["status"]
+    assert status["endpoint"] == f"http://{name}.{namespace}.svc.cluster.local/v1"
+    assert status["models"][0] == doc["spec"]["model"]["name"]
+    assert all(p["readyReplicas"] == p["replicas"] for p in status["pools"])
+    # kopf keeps no bookkeeping in annotations (GitOps tools would see drift).
+    annotations = td["metadata"].get("annotations") or {}
+    assert not [a for a in annotations if "kopf" in a], annotations
+    assert not td["metadata"].get("finalizers")
+
+
+def test_printer_columns_show_readiness(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(SAMPLES["vllm-gpu"], namespace)
+    wait_ready(kubectl, namespace, "whisper")
+    out = kubectl("get", "tdeploy", "-n", namespace)
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["NAME", "READY", "ENGINE", "POOLS", "ENDPOINT", "AGE"]
+    assert row.split()[:5] == [
+        "whisper",
+        "True",
+        "vllm",
+        "1/1",
+        f"http://whisper.{namespace}.svc.cluster.local/v1",
+    ]
+
+
+def test_auto_split_adds_a_pool_with_condition_and_event(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(SAMPLES["auto-split"], namespace)
+    td = wait_ready(kubectl, namespace, "whisper-split")
+    c = condition(td, "AutoSplit")
+    assert (c["status"], c["reason"]) == ("True", "SequentialPoolAdded")
+    assert "auto-faster-whisper" in c["message"]
+    assert "word_timestamps" in c["message"]
+    auto = [p for p in td["status"]["pools"] if p["automatic"]]
+    assert [(p["name"], p["engine"], p["mode"]) for p in auto] == [
+        ("auto-faster-whisper", "faster-whisper", "sequential")
+    ]
+    assert ("Deployment", "whisper-split-auto-faster-whisper") in children(
+        kubectl, namespace, "whisper-split"
+    )
+    events = kubectl.json(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=whisper-split"
+    )
+    assert any(e["reason"] == "SequentialPoolAdded" for e in events["items"])
+
+
+def test_updates_reach_children_and_removed_pools_are_pruned(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    doc = copy.deepcopy(SAMPLES["vllm-gpu"])
+    doc["spec"]["pools"].append({"name": "extra", "replicas": 1, "resources": {"gpus": 1}})
+    kubectl.apply(doc, namespace)
+    wait_ready(kubectl, namespace, "whisper")
+    assert ("Deployment", "whisper-extra") in children(kubectl, namespace, "whisper")
+
+    doc["spec"]["pools"] = [doc["spec"]["pools"][0] | {"replicas": 3}]
+    doc["spec"]["model"]["aliases"] = ["whisper-1", "large"]
+    kubectl.apply(doc, namespace)
+    td = wait_ready(kubectl, namespace, "whisper")
+    kids = children(kubectl, namespace, "whisper")
+    assert ("Deployment", "whisper-extra") not in kids
+    assert ("Service", "whisper-extra") not in kids
+    assert kids[("Deployment", "whisper-batch")]["spec"]["replicas"] == 3
+    routes = kids[("ConfigMap", "whisper-routes")]["data"]["routes.json"]
+    assert '"large"' in routes
+    assert td["status"]["models"] == ["openai/whisper-large-v3-turbo", "whisper-1", "large"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix"), [("deployment", "-batch"), ("service", ""), ("configmap", "-routes")]
+)
+def test_deleted_or_edited_children_are_restored(
+    kubectl: Kubectl, namespace: str, kind: str, suffix: str
+) -> None:
+    kubectl.apply(SAMPLES["vllm-gpu"], namespace)
+    wait_ready(kubectl, namespace, "whisper")
+    name = f"whisper{suffix}"
+    old_uid = kubectl.json("get", kind, name, "-n", namespace)["metadata"]["uid"]
+    kubectl("delete", kind, name, "-n", namespace)
+    restored = wait_for(
+        lambda: (o := kubectl.run("get", kind, name, "-n", namespace, "-o", "json", check=False)).returncode == 0
+        and yaml.safe_load(o.stdout)["metadata"]["uid"] != old_uid,
+        timeout=30, what=f"{kind} {name} to be recreated",
+    )  # fmt: skip
+    assert restored
+    # Drift in a field the operator owns is reverted too.
+    kubectl("scale", "deployment", "whisper-batch", "-n", namespace, "--replicas=5")
+    wait_for(
+        lambda: kubectl.json("get", "deployment", "whisper-batch", "-n", namespace)["spec"]["replicas"] == 2,
+        timeout=30, what="replicas to be restored to 2",
+    )  # fmt: skip
+
+
+def test_deleting_the_resource_removes_every_child(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(SAMPLES["auto-split"], namespace)
+    wait_ready(kubectl, namespace, "whisper-split")
+    kubectl("delete", "tdeploy", "whisper-split", "-n", namespace)
+    wait_for(
+        lambda: not children(kubectl, namespace, "whisper-split")
+        and not kubectl.json("get", "pods", "-n", namespace)["items"],
+        timeout=90, what="garbage collection of every child and pod",
+    )  # fmt: skip
+
+
+INVALID = [
+    ({"pools": [{"name": "a"}, {"name": "a"}]}, "pool names must be unique"),
+    ({"engine": "faster-whisper", "pools": [{"name": "a", "mode": "continuous"}]},
+     "engine faster-whisper cannot run in continuous mode; use sequential"),
+    ({"model": {"name": "m", "aliases": ["x", "x"]}}, "model.aliases must be unique"),
+    ({"model": {"name": "m", "aliases": ["m"]}}, "model.aliases must not repeat model.name"),
+    ({"model": {"name": "m", "source": "pvc"}}, "model.source 'pvc' needs model.claimName and model.path"),
+    ({"pools": [{"name": "frontend"}]}, "pool names frontend, routes are reserved"),
+    ({"engine": "whisper.cpp"}, 'spec.engine: Unsupported value: "whisper.cpp"'),
+    ({"pools": [{"name": "Bad_Name"}]}, "spec.pools[0].name in body should match"),
+    ({"pools": [{"name": "a", "replicas": -1}]}, "spec.pools[0].replicas in body should be greater than or equal to 0"),
+    ({"frontend": {"maxUploadBytes": 10}}, "spec.frontend.maxUploadBytes in body should be greater than or equal to 1024"),
+    ({"model": {"name": "m", "bogus": 1}}, 'unknown field "spec.model.bogus"'),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("patch", "message"), INVALID, ids=[m for _, m in INVALID])
+def test_invalid_resources_are_rejected_at_admission(
+    kubectl: Kubectl, namespace: str, patch: dict[str, Any], message: str
+) -> None:
+    spec = {"model": {"name": "m"}} | patch
+    doc = {"apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionDeployment",
+           "metadata": {"name": "bad"}, "spec": spec}  # fmt: skip
+    proc = kubectl.run("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_name_too_long_is_rejected(kubectl: Kubectl, namespace: str) -> None:
+    doc = copy.deepcopy(SAMPLES["vllm-gpu"])
+    doc["metadata"]["name"] = "n" * 31
+    proc = kubectl.run("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert "metadata.name must be at most 30 characters" in proc.stderr
+
+
+def test_missing_secret_degrades_without_crashing(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    doc = copy.deepcopy(SAMPLES["vllm-gpu"])
+    doc["spec"]["frontend"]["apiKeySecret"] = {"name": "api-keys", "key": "keys"}
+    kubectl.apply(doc, namespace)
+
+    def degraded() -> dict[str, Any] | None:
+        c = condition(td_get(kubectl, namespace, "whisper"), "Degraded")
+        return c if c.get("status") == "True" else None
+
+    c = wait_for(degraded, timeout=30, what="Degraded")
+    assert c["reason"] == "SecretNotFound"
+    assert f"Secret {namespace}/api-keys does not exist" in c["message"]
+    events = kubectl.json(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=whisper"
+    )
+    assert any(e["reason"] == "SecretNotFound" and e["type"] == "Warning" for e in events["items"])
+    # Fixing the spec heals it; the operator kept running.
+    kubectl("create", "secret", "generic", "api-keys", "-n", namespace, "--from-literal=keys=k1")
+    kubectl("annotate", "tdeploy", "whisper", "-n", namespace, "touch=1")  # any event re-checks now
+    wait_for(lambda: condition(td_get(kubectl, namespace, "whisper"), "Degraded").get("status") == "False",
+             timeout=90, what="Degraded to clear")  # fmt: skip
+    assert operator.proc is not None
+    assert operator.proc.poll() is None
+
+
+def test_uncovered_traffic_is_degraded_naming_the_capability(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    doc = {"apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionDeployment",
+           "metadata": {"name": "chat"},
+           "spec": {"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}}}  # fmt: skip
+    kubectl.apply(doc, namespace)
+    c = wait_for(
+        lambda: (x := condition(td_get(kubectl, namespace, "chat"), "Degraded")).get("status") == "True" and x,
+        timeout=30, what="Degraded",
+    )  # fmt: skip
+    assert c["reason"] == "TrafficNotCovered"
+    assert "no pool can serve transcriptions: missing transcriptions" in c["message"]
+
+
+def test_quiet_minute_makes_no_writes_and_restart_changes_nothing(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, cluster: Path, tmp_path: Path
+) -> None:
+    """Measured on an operator watching only this namespace (also the namespaced mode),
+    so that other tests' namespaces being torn down do not count."""
+    operator.stop()
+    first = OperatorProcess(cluster, tmp_path / "first.log", ["--namespace", namespace])
+    first.start()
+    try:
+        kubectl.apply(SAMPLES["auto-split"], namespace)
+        wait_ready(kubectl, namespace, "whisper-split")
+        time.sleep(3)  # let the last status write and its watch event settle
+        before = versions(kubectl, namespace, "whisper-split")
+        writes = first.writes()
+        assert writes > 0
+        time.sleep(QUIET_SECONDS)
+        assert first.writes() == writes, "the operator wrote during a quiet period"
+        assert versions(kubectl, namespace, "whisper-split") == before
+        first.stop()
+
+        # A new operator process (a restart) converges without touching anything.
+        second = OperatorProcess(cluster, tmp_path / "second.log", ["--namespace", namespace])
+        second.start()
+        try:
+            wait_for(
+                lambda: second.metrics().get('transcription_operator_reconciles_total{result="unchanged"}', 0) > 0,
+                timeout=30, what="the restarted operator to reconcile",
+            )  # fmt: skip
+            time.sleep(3)
+            assert versions(kubectl, namespace, "whisper-split") == before
+            assert second.writes() == 0
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        operator.start()
+
+
+def test_namespaced_operator_ignores_other_namespaces(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess, cluster: Path, tmp_path: Path
+) -> None:
+    operator.stop()
+    scoped = OperatorProcess(cluster, tmp_path / "scoped.log", ["--namespace", "elsewhere"])
+    scoped.start()
+    try:
+        kubectl.apply(SAMPLES["vllm-gpu"], namespace)
+        time.sleep(5)
+        assert not children(kubectl, namespace, "whisper")
+        assert not td_get(kubectl, namespace, "whisper").get("status")
+    finally:
+        scoped.stop()
+        operator.start()
+    wait_ready(kubectl, namespace, "whisper")

@@ -1,0 +1,168 @@
+"""Smoke tests: the test bed's control plane is real, and each component does its job."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import testbed
+from conftest import Kubectl, wait_for
+
+GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
+
+
+def gpu_deployment(name: str, gpus: int, replicas: int = 1) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "tolerations": [testbed.GPU_TAINT | {"operator": "Equal"}],
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "example.invalid/engine:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_nodes_advertise_gpus(kubectl: Kubectl) -> None:
+    nodes = {n["metadata"]["name"]: n for n in kubectl.json("get", "nodes")["items"]}
+    for spec in testbed.NODES:
+        node = nodes[spec["name"]]
+        gpus = node["status"]["allocatable"].get("nvidia.com/gpu", "0")
+        assert gpus == str(spec["gpus"])
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True", "KWOK keeps the fake node Ready"
+
+
+def test_server_reports_pinned_version(kubectl: Kubectl) -> None:
+    version = json.loads(kubectl("version", "-o", "json"))
+    assert version["serverVersion"]["gitVersion"] == testbed.KUBERNETES.version
+    assert version["clientVersion"]["gitVersion"] == testbed.KUBERNETES.version
+
+
+def test_gpu_deployment_is_scheduled_on_a_gpu_node_and_runs(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl.apply(gpu_deployment("whisper", gpus=1), namespace)
+
+    # The controller manager turns the Deployment into a ReplicaSet and a Pod...
+    rs = wait_for(
+        lambda: kubectl.json("get", "replicasets", "-n", namespace)["items"], what="ReplicaSet"
+    )[0]
+    assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+    pod = wait_for(lambda: kubectl.json("get", "pods", "-n", namespace)["items"], what="Pod")[0]
+    assert pod["metadata"]["ownerReferences"][0]["name"] == rs["metadata"]["name"]
+
+    # ...the scheduler binds it to a node with a free GPU, and KWOK runs it.
+    def running() -> dict[str, Any] | None:
+        p = kubectl.json("get", "pod", "-n", namespace, pod["metadata"]["name"])
+        return p if p["status"].get("phase") == "Running" else None
+
+    pod = wait_for(running, what="the pod to be Running")
+    assert pod["spec"]["nodeName"] in GPU_NODES
+    events = kubectl.json("get", "events", "-n", namespace)["items"]
+    scheduled = [e for e in events if e["reason"] == "Scheduled"]
+    assert scheduled
+    assert pod["spec"]["nodeName"] in scheduled[0]["message"]
+
+
+def test_pod_wanting_more_gpus_than_any_node_stays_pending(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    most = max(n["gpus"] for n in testbed.NODES)
+    kubectl.apply(gpu_deployment("too-big", gpus=most + 1), namespace)
+
+    def unschedulable() -> dict[str, Any] | None:
+        pods = kubectl.json("get", "pods", "-n", namespace)["items"]
+        for p in pods:
+            for c in p["status"].get("conditions", []):
+                if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
+                    return c
+        return None
+
+    condition = wait_for(unschedulable, what="the scheduler to give up on the pod")
+    assert "Insufficient nvidia.com/gpu" in condition["message"]
+    pods = kubectl.json("get", "pods", "-n", namespace)["items"]
+    assert pods[0]["status"]["phase"] == "Pending"
+    assert not pods[0]["spec"].get("nodeName")
+
+
+def test_deleting_a_deployment_garbage_collects_its_pods(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(gpu_deployment("short-lived", gpus=1, replicas=2), namespace)
+    wait_for(
+        lambda: len(kubectl.json("get", "pods", "-n", namespace)["items"]) == 2, what="two pods"
+    )
+    kubectl("delete", "deployment", "short-lived", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: not kubectl.json("get", "pods,replicasets", "-n", namespace)["items"],
+        timeout=90,
+        what="the garbage collector to remove the ReplicaSet and its pods",
+    )
+
+
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.smoke.test"},
+    "spec": {
+        "group": "smoke.test",
+        "scope": "Namespaced",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "required": ["size"],
+                                "properties": {"size": {"type": "integer", "maximum": 10}},
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_crd_schema_rejects_invalid_objects_at_admission(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(WIDGET_CRD)
+    kubectl("wait", "--for=condition=Established", "crd/widgets.smoke.test", "--timeout=30s")
+
+    def widget(size: Any) -> str:
+        obj = {"apiVersion": "smoke.test/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        return json.dumps(obj | {"spec": {"size": size}})
+
+    bad = kubectl.run("apply", "-n", namespace, "-f", "-", input=widget(11), check=False)
+    assert bad.returncode != 0
+    assert (
+        "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+        in bad.stderr
+    )
+    wrong_type = kubectl.run("apply", "-n", namespace, "-f", "-", input=widget("big"), check=False)
+    assert (
+        'spec.size: Invalid value: "string": spec.size in body must be of type integer'
+        in wrong_type.stderr
+    )
+    # A valid object is still accepted afterwards.
+    kubectl.run("apply", "-n", namespace, "-f", "-", input=widget(3))
+    assert kubectl.json("get", "widget", "w", "-n", namespace)["spec"]["size"] == 3

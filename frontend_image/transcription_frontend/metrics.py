@@ -1,0 +1,44 @@
+"""Prometheus metrics of the gateway. Model labels carry the primary model name."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter(
+    "transcription_frontend_requests_total",
+    "Requests answered, by primary model, endpoint, HTTP status and pool ('none' when no "
+    "pool was reached).",
+    ["model", "endpoint", "status", "pool"],
+)
+DURATION = Histogram(
+    "transcription_frontend_request_duration_seconds",
+    "Time from the request's arrival to the end of the response.",
+    ["model", "endpoint", "pool"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+UPLOAD_BYTES = Histogram(
+    "transcription_frontend_upload_bytes",
+    "Size of uploaded audio files.",
+    ["endpoint"],
+    buckets=tuple(2**k for k in range(14, 32, 2)),  # 16 KiB .. 1 GiB
+)
+IN_FLIGHT = Gauge(
+    "transcription_frontend_in_flight_requests",
+    "Requests being served by a worker, by pool.",
+    ["pool"],
+)
+RETRIES = Counter(
+    "transcription_frontend_retries_total",
+    "Requests sent again to another endpoint after one could not be reached or answered 503.",
+    ["pool"],
+)
+EJECTIONS = Counter(
+    "transcription_frontend_endpoint_ejections_total",
+    "Endpoints taken out of rotation after repeated failures.",
+    ["pool"],
+)
+ENDPOINTS = Gauge(
+    "transcription_frontend_ready_endpoints",
+    "Ready worker endpoints known, by pool.",
+    ["pool"],
+)

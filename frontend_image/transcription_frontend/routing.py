@@ -1,0 +1,131 @@
+"""Routing: which pool can serve a request, and which of its endpoints gets it.
+
+Pools are tried in capability order: pools whose capability set covers the request's
+needs, continuous pools first, sequential next, each group in route-table order. Within
+a pool, the ready endpoint with the fewest requests in flight wins (ties: the one used
+least recently). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
+`EJECT_SECONDS`, then tried again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from transcription_api.capabilities import Capability, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+
+from . import metrics
+
+EJECT_AFTER = 3
+EJECT_SECONDS = 10.0
+
+
+@dataclass
+class EndpointState:
+    in_flight: int = 0
+    failures: int = 0
+    ejected_until: float = 0.0
+    last_used: float = 0.0
+
+
+@dataclass(frozen=True)
+class NoPool:
+    """Why no pool can serve a request: the capabilities every pool lacks."""
+
+    missing: frozenset[Capability]
+    too_large_for: list[str] = field(default_factory=list)
+
+
+class Router:
+    def __init__(self, table: RouteTable) -> None:
+        self.table = table
+        self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
+        self._state: dict[str, EndpointState] = {}
+        self.set_table(table)
+
+    # ------------------------------------------------------------------ updates
+
+    def set_table(self, table: RouteTable) -> None:
+        self.table = table
+        for pool in table.pools:
+            if pool.endpoints:
+                self._endpoints[pool.name] = list(pool.endpoints)
+            else:
+                self._endpoints.setdefault(pool.name, [])
+
+    def set_endpoints(self, pool: str, urls: list[str]) -> None:
+        """Replace the ready endpoints of a pool (from discovery)."""
+        self._endpoints[pool] = sorted(urls)
+        for url in urls:
+            self._state.setdefault(url, EndpointState())
+
+    def endpoints(self, pool: str) -> list[str]:
+        return list(self._endpoints.get(pool, []))
+
+    def pool_for_service(self, service: str) -> PoolRoute | None:
+        return next((p for p in self.table.pools if p.service == service), None)
+
+    # ------------------------------------------------------------------ choice
+
+    def candidates(self, needs: frozenset[Capability], size: int) -> list[PoolRoute] | NoPool:
+        """Pools that can serve the request, in the order to try them."""
+        covering = [p for p in self.table.pools if p.capability_set.covers(needs)]
+        if not covering:
+            missing = frozenset.intersection(
+                *(p.capability_set.missing(needs) for p in self.table.pools)
+            ) if self.table.pools else needs  # fmt: skip
+            return NoPool(missing=missing or needs)
+        fitting = [
+            p for p in covering
+            if (limit := p.capability_set.max_upload_bytes) is None or size <= limit
+        ]  # fmt: skip
+        if not fitting:
+            return NoPool(missing=frozenset(), too_large_for=[p.name for p in covering])
+        return sorted(fitting, key=lambda p: p.mode != Mode.CONTINUOUS)
+
+    def ready(self, pool: str) -> list[str]:
+        now = time.monotonic()
+        return [u for u in self._endpoints.get(pool, []) if self._st(u).ejected_until <= now]
+
+    def pick(self, pool: str, exclude: set[str]) -> str | None:
+        """The ready endpoint with the fewest requests in flight."""
+        options = [u for u in self.ready(pool) if u not in exclude]
+        if not options:
+            return None
+        return min(options, key=lambda u: (self._st(u).in_flight, self._st(u).last_used))
+
+    def any_ready(self) -> bool:
+        return any(self.ready(p.name) for p in self.table.pools)
+
+    # ------------------------------------------------------------------ accounting
+
+    def _st(self, url: str) -> EndpointState:
+        st = self._state.get(url)
+        if st is None:
+            st = self._state[url] = EndpointState()
+        return st
+
+    def acquire(self, url: str, pool: str) -> None:
+        st = self._st(url)
+        st.in_flight += 1
+        st.last_used = time.monotonic()
+        metrics.IN_FLIGHT.labels(pool=pool).inc()
+
+    def release(self, url: str, pool: str) -> None:
+        self._st(url).in_flight -= 1
+        metrics.IN_FLIGHT.labels(pool=pool).dec()
+
+    def in_flight(self, url: str) -> int:
+        return self._st(url).in_flight
+
+    def succeeded(self, url: str) -> None:
+        self._st(url).failures = 0
+
+    def failed(self, url: str, pool: str) -> None:
+        st = self._st(url)
+        st.failures += 1
+        if st.failures >= EJECT_AFTER and st.ejected_until <= time.monotonic():
+            st.ejected_until = time.monotonic() + EJECT_SECONDS
+            st.failures = 0
+            metrics.EJECTIONS.labels(pool=pool).inc()

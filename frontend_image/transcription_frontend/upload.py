@@ -1,0 +1,182 @@
+"""Streaming multipart upload: parse as the bytes arrive, spool the file, enforce the limit.
+
+The request body is fed chunk by chunk into python-multipart's push parser. Form fields
+(small) are kept in order; the file part goes into a spooled temporary file (memory up to
+1 MiB, then disk), so no upload is ever held whole in memory, and none is re-encoded: the
+worker gets the same bytes. The size limit is checked on every chunk, so an oversize
+upload is refused as soon as it crosses the limit.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import IO
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from .errors import APIError, bad_request, too_large
+
+SPOOL_BYTES = 1024 * 1024
+MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs more
+MAX_FIELDS = 64
+
+
+@dataclass
+class Upload:
+    """The parsed form: every field in the order sent, and the spooled file."""
+
+    fields: list[tuple[str, str]] = field(default_factory=list)
+    file: IO[bytes] | None = None
+    filename: str = "audio"
+    file_content_type: str = "application/octet-stream"
+    size: int = 0
+
+    def get(self, name: str) -> str | None:
+        for k, v in self.fields:
+            if k == name:
+                return v
+        return None
+
+    def get_all(self, name: str) -> list[str]:
+        return [v for k, v in self.fields if k == name]
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+class _Part:
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+        self.name = ""
+        self.filename: str | None = None
+        self.content_type = "application/octet-stream"
+        self.data = bytearray()
+        self.size = 0
+
+
+def boundary_of(content_type: str | None) -> bytes:
+    ctype, params = parse_options_header(content_type or "")
+    if ctype != b"multipart/form-data":
+        raise APIError(
+            415 if ctype else 400,
+            "the request must be multipart/form-data with a `file` part "
+            f"(got {ctype.decode() or 'no content type'})",
+            param="file",
+            code="invalid_content_type",
+        )
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise bad_request("multipart/form-data without a boundary", param="file")
+    return boundary
+
+
+async def parse_upload(
+    stream: AsyncIterator[bytes], content_type: str | None, limit: int
+) -> Upload:
+    """Parse a multipart body from `stream`; raise APIError (400/413/415) on bad input."""
+    upload = Upload()
+    part: _Part | None = None
+    header_field = bytearray()
+    header_value = bytearray()
+    errors: list[APIError] = []
+
+    def on_part_begin() -> None:
+        nonlocal part
+        part = _Part()
+
+    def on_header_field(data: bytes, start: int, end: int) -> None:
+        header_field.extend(data[start:end])
+
+    def on_header_value(data: bytes, start: int, end: int) -> None:
+        header_value.extend(data[start:end])
+
+    def on_header_end() -> None:
+        assert part is not None
+        part.headers[header_field.decode("latin-1").lower()] = header_value.decode("latin-1")
+        header_field.clear()
+        header_value.clear()
+
+    def on_headers_finished() -> None:
+        assert part is not None
+        _, opts = parse_options_header(part.headers.get("content-disposition", ""))
+        part.name = opts.get(b"name", b"").decode("utf-8", "replace")
+        if b"filename" in opts:
+            part.filename = opts[b"filename"].decode("utf-8", "replace") or "audio"
+            part.content_type = part.headers.get("content-type", part.content_type)
+        if part.name == "file":
+            if upload.file is not None:
+                errors.append(bad_request("more than one `file` part", param="file"))
+                return
+            upload.file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
+            upload.filename = part.filename or "audio"
+            upload.file_content_type = part.content_type
+
+    def on_part_data(data: bytes, start: int, end: int) -> None:
+        assert part is not None
+        n = end - start
+        part.size += n
+        if part.name == "file" and upload.file is not None and not errors:
+            upload.size += n
+            if upload.size > limit:
+                errors.append(too_large(limit))
+                return
+            upload.file.write(data[start:end])
+        elif part.name != "file":
+            if part.size > MAX_FIELD_BYTES:
+                if not errors:
+                    errors.append(
+                        bad_request(f"form field `{part.name}` is over {MAX_FIELD_BYTES} bytes",
+                                    param=part.name)
+                    )  # fmt: skip
+                return
+            part.data.extend(data[start:end])
+
+    def on_part_end() -> None:
+        assert part is not None
+        if part.name != "file":
+            if len(upload.fields) >= MAX_FIELDS:
+                errors.append(bad_request(f"more than {MAX_FIELDS} form fields"))
+                return
+            try:
+                upload.fields.append((part.name, part.data.decode("utf-8")))
+            except UnicodeDecodeError:
+                errors.append(
+                    bad_request(f"form field `{part.name}` is not UTF-8", param=part.name)
+                )
+
+    parser = MultipartParser(
+        boundary_of(content_type),
+        callbacks={
+            "on_part_begin": on_part_begin,
+            "on_part_data": on_part_data,
+            "on_part_end": on_part_end,
+            "on_header_field": on_header_field,
+            "on_header_value": on_header_value,
+            "on_header_end": on_header_end,
+            "on_headers_finished": on_headers_finished,
+        },
+    )
+    try:
+        async for chunk in stream:
+            if chunk:
+                parser.write(chunk)
+            if errors:
+                raise errors[0]
+        parser.finalize()
+    except APIError:
+        upload.close()
+        raise
+    except Exception as e:  # python-multipart raises its own errors on malformed bodies
+        upload.close()
+        raise bad_request(f"malformed multipart body: {e}", param="file") from e
+    if errors:
+        upload.close()
+        raise errors[0]
+    if upload.file is None:
+        raise bad_request("the `file` part is missing: send the audio as a file named `file`",
+                          param="file")  # fmt: skip
+    upload.file.seek(0)
+    return upload

@@ -1,0 +1,264 @@
+"""Stand-in workers that answer with engines' recorded responses, served over real HTTP.
+
+`vllm_app` replays `fixtures/vllm-0.32/` (vLLM 0.32's verbatim answers) and
+`transformers_app` replays `fixtures/transformers-5.24/`, choosing the recording the real
+engine would have sent for each request. `serve()` runs any ASGI app on a free local port
+in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VLLM = FIXTURES / "vllm-0.32"
+TRANSFORMERS = FIXTURES / "transformers-5.24"
+VLLM_MAX_BYTES = 25 * 1024 * 1024
+WHISPER_LANGUAGES = {
+    "af", "ar", "hy", "az", "be", "bs", "bg", "ca", "zh", "hr", "cs", "da", "nl", "en", "et",
+    "fi", "fr", "gl", "de", "el", "he", "hi", "hu", "is", "id", "it", "ja", "kn", "kk", "ko",
+    "lv", "lt", "mk", "ms", "mr", "mi", "ne", "no", "fa", "pl", "pt", "ro", "ru", "sr", "sk",
+    "sl", "es", "sw", "sv", "tl", "ta", "th", "tr", "uk", "ur", "vi", "cy",
+}  # fmt: skip
+AUDIO_MAGIC = (b"RIFF", b"fLaC", b"OggS", b"ID3", b"\x1a\x45\xdf\xa3")
+
+
+def recording(directory: Path, name: str) -> tuple[int, str, str]:
+    """(status, content type, body) of one recorded response."""
+    doc = json.loads((directory / f"{name}.json").read_text())
+    status = int(doc["status_line"].split()[1])
+    return status, doc["content_type"], doc["body"]
+
+
+def replay(directory: Path, name: str, **replace: str) -> Response:
+    status, ctype, body = recording(directory, name)
+    for old, new in replace.items():
+        body = body.replace(old, new)
+    return Response(body, status_code=status, headers={"content-type": ctype})
+
+
+@dataclass
+class Seen:
+    """What a stand-in received: for checking that nothing was dropped on the way."""
+
+    fields: list[tuple[str, str]]
+    file_bytes: int
+    file_name: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Behaviour:
+    delay: float = 0.0  # seconds of "compute" per request
+    chunk_delay: float = 0.02  # between stream events
+    status: int | None = None  # answer every request with this status (e.g. 503)
+    segments: bool = False  # fill verbose_json segments (multilingual Whisper does)
+    seen: list[Seen] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    cancelled: int = 0
+
+
+async def _form(request: Request) -> tuple[list[tuple[str, str]], bytes | None, str]:
+    form = await request.form(max_part_size=1024 * 1024)
+    fields, data, name = [], None, ""
+    for k, v in form.multi_items():
+        if isinstance(v, str):
+            fields.append((k, v))
+        else:
+            data = await v.read()
+            name = v.filename or ""
+    return fields, data, name
+
+
+def _segments_body(body: str) -> str:
+    doc = json.loads(body)
+    text = " The quick roundfoc stump over the lazy dog. Cuban eat separators reconcile denial to state into running workloads."
+    doc["text"] = text
+    doc["segments"] = [
+        {"id": 0, "avg_logprob": -0.2, "compression_ratio": 1.2, "end": 3.2, "no_speech_prob": 0.01,
+         "seek": 0, "start": 0.0, "temperature": 0.0, "text": " The quick roundfoc stump over the lazy dog.", "tokens": [1, 2]},
+        {"id": 1, "avg_logprob": -0.3, "compression_ratio": 1.2, "end": 6.8, "no_speech_prob": 0.01,
+         "seek": 0, "start": 3.2, "temperature": 0.0, "text": " Cuban eat separators reconcile denial to state into running workloads.", "tokens": [3]},
+    ]  # fmt: skip
+    return json.dumps(doc)
+
+
+def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette:
+    """A stand-in for `vllm serve <whisper> --served-model-name <served...>`."""
+    b = behaviour or Behaviour()
+    names = {"whisper-tiny.en": served[0], "whisper-1": served[1] if len(served) > 1 else served[0]}
+
+    async def transcribe(request: Request) -> Response:
+        b.in_flight += 1
+        b.max_in_flight = max(b.max_in_flight, b.in_flight)
+        try:
+            return await _transcribe(request)
+        except asyncio.CancelledError:
+            b.cancelled += 1
+            raise
+        finally:
+            b.in_flight -= 1
+
+    async def _transcribe(request: Request) -> Response:
+        fields, data, fname = await _form(request)
+        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers)))
+        if b.status:
+            return PlainTextResponse("overloaded", status_code=b.status)
+        f = dict(fields)
+        if data is None:
+            return replay(VLLM, "no_file")
+        model = f.get("model")
+        if model is not None and model not in served:
+            status, ctype, body = recording(VLLM, "unknown_model")
+            body = body.replace("`nope`", f"`{model}`").replace(
+                "whisper-tiny.en, whisper-1", ", ".join(served)
+            )
+            return Response(body, status_code=status, headers={"content-type": ctype})
+        if "temperature" in f:
+            try:
+                t = float(f["temperature"])
+            except ValueError:
+                return replay(VLLM, "bad_temperature")
+            if not 0 <= t <= 2:
+                return replay(VLLM, "temperature_range")
+        if f.get("language") and f["language"] not in WHISPER_LANGUAGES:
+            return replay(VLLM, "bad_language")
+        if len(data) > VLLM_MAX_BYTES:
+            return replay(VLLM, "big")
+        if not data:
+            return replay(VLLM, "empty_file")
+        if not data.startswith(AUDIO_MAGIC):
+            return replay(VLLM, "corrupt_audio")
+        fmt = f.get("response_format", "json")
+        if fmt not in ("json", "text", "verbose_json"):
+            return replay(VLLM, "srt")
+        stream = f.get("stream", "false").lower() in ("true", "1")
+        if stream and fmt == "verbose_json":
+            return replay(VLLM, "stream_verbose")
+        deadline = time.monotonic() + b.delay
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            if await request.is_disconnected():
+                b.cancelled += 1  # as vLLM aborts the request of a client that went away
+                return Response(status_code=499)
+        if stream:
+            return _stream(f.get("model") or served[0])
+        status, ctype, body = recording(VLLM, fmt if fmt != "json" else "json")
+        if fmt == "verbose_json" and b.segments:
+            body = _segments_body(body)
+        return Response(body, status_code=status, headers={"content-type": ctype})
+
+    def _stream(model: str) -> StreamingResponse:
+        _, ctype, body = recording(VLLM, "stream")
+        events = [e + "\n\n" for e in body.split("\n\n") if e]
+
+        async def gen() -> AsyncIterator[bytes]:
+            for e in events:
+                yield e.replace('"model":"whisper-1"', f'"model":"{model}"').encode()
+                await asyncio.sleep(b.chunk_delay)
+
+        return StreamingResponse(gen(), headers={"content-type": ctype})
+
+    async def models(request: Request) -> Response:
+        return replay(VLLM, "models", **{'"whisper-tiny.en"': f'"{names["whisper-tiny.en"]}"',
+                                         '"whisper-1"': f'"{names["whisper-1"]}"'})  # fmt: skip
+
+    async def health(request: Request) -> Response:
+        return Response(b"", status_code=200)
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse((VLLM / "metrics-families.txt").read_text())
+
+    return Starlette(
+        routes=[
+            Route("/v1/audio/transcriptions", transcribe, methods=["POST"]),
+            Route("/v1/audio/translations", transcribe, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/health", health),
+            Route("/metrics", metrics),
+        ]
+    )
+
+
+def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
+    """A stand-in for `transformers serve` (sequential generation)."""
+    b = behaviour or Behaviour()
+
+    async def transcribe(request: Request) -> Response:
+        fields, data, fname = await _form(request)
+        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers)))
+        if data is None or not data.startswith(AUDIO_MAGIC):
+            return replay(TRANSFORMERS, "corrupt_audio")
+        if dict(fields).get("stream", "false").lower() in ("true", "1"):
+            _, ctype, body = recording(TRANSFORMERS, "stream")
+
+            async def gen() -> AsyncIterator[bytes]:
+                for e in body.split("\n\n"):
+                    if e:
+                        yield (e + "\n\n").encode()
+                        await asyncio.sleep(b.chunk_delay)
+
+            return StreamingResponse(gen(), headers={"content-type": ctype})
+        return replay(TRANSFORMERS, "json")
+
+    async def health(request: Request) -> Response:
+        return replay(TRANSFORMERS, "health")
+
+    return Starlette(routes=[Route("/v1/audio/transcriptions", transcribe, methods=["POST"]),
+                             Route("/health", health)])  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Running:
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def start(app: Any, port: int | None = None) -> Running:
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.01)
+    return Running(f"http://127.0.0.1:{port}", server, thread)
+
+
+@contextmanager
+def serve(app: Any, port: int | None = None) -> Iterator[Running]:
+    running = start(app, port)
+    try:
+        yield running
+    finally:
+        running.stop()

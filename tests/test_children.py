@@ -1,0 +1,201 @@
+"""Desired state: the children built from each sample, and the rules they follow."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from transcription_api.routes import RouteTable
+from transcription_api.v1alpha1 import TranscriptionDeployment
+from transcription_api.worker import WorkerSettings
+from transcription_operator.children import build
+from transcription_operator.config import OperatorConfig
+
+from tests.conftest import make_td
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+CFG = OperatorConfig()
+
+
+def sample_td(path: Path) -> TranscriptionDeployment:
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"] |= {"namespace": "speech", "uid": "uid-1", "generation": 1}
+    return TranscriptionDeployment.model_validate(doc)
+
+
+def by_kind_name(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
+def test_sample_builds_the_expected_manifests(path: Path) -> None:
+    """Golden files: `UPDATE_GOLDEN=1 pytest tests/test_children.py` rewrites them."""
+    manifests = build(sample_td(path), CFG)
+    text = yaml.safe_dump_all(manifests, sort_keys=False)
+    golden = GOLDEN / f"{path.stem}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden.name} differs; review and UPDATE_GOLDEN=1"
+
+
+def test_every_child_is_owned_and_labelled(vllm_td: TranscriptionDeployment) -> None:
+    for m in build(vllm_td, CFG):
+        meta = m["metadata"]
+        assert meta["namespace"] == "speech"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "transcription.dev/v1alpha1",
+                "kind": "TranscriptionDeployment",
+                "name": "whisper",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "whisper"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "transcription-operator"
+
+
+def test_children_of_a_gpu_pool(vllm_td: TranscriptionDeployment) -> None:
+    kids = by_kind_name(build(vllm_td, CFG))
+    assert set(kids) == {
+        ("ServiceAccount", "whisper-frontend"),
+        ("Role", "whisper-frontend"),
+        ("RoleBinding", "whisper-frontend"),
+        ("ConfigMap", "whisper-routes"),
+        ("Service", "whisper-batch"),
+        ("Service", "whisper"),
+        ("Deployment", "whisper-batch"),
+        ("Deployment", "whisper-frontend"),
+        ("PodDisruptionBudget", "whisper-batch"),
+        ("PodDisruptionBudget", "whisper-frontend"),
+    }
+    pod = kids[("Deployment", "whisper-batch")]["spec"]["template"]["spec"]
+    engine = pod["containers"][0]
+    assert engine["resources"] == {
+        "requests": {"nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    settings = WorkerSettings.model_validate_json(engine["env"][0]["value"])
+    assert settings.served_names == ["openai/whisper-large-v3-turbo", "whisper-1"]
+    assert (settings.engine, settings.mode, settings.gpus) == ("vllm", "continuous", 1)
+    # Restricted pod security: non-root, no privilege escalation, no capabilities.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert engine["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert engine["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {p: engine[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe", "livenessProbe")} == {
+        "startupProbe": "/health", "readinessProbe": "/health", "livenessProbe": "/health",
+    }  # fmt: skip
+    rollout = kids[("Deployment", "whisper-batch")]["spec"]["strategy"]["rollingUpdate"]
+    assert rollout == {"maxUnavailable": 0, "maxSurge": 1}
+
+
+def test_route_table_lists_aliases_and_pools(vllm_td: TranscriptionDeployment) -> None:
+    cm = by_kind_name(build(vllm_td, CFG))[("ConfigMap", "whisper-routes")]
+    table = RouteTable.model_validate_json(cm["data"]["routes.json"])
+    assert table.resolve("whisper-1") == "openai/whisper-large-v3-turbo"
+    assert table.resolve("nope") is None
+    assert [(p.name, p.engine, p.mode, p.service) for p in table.pools] == [
+        ("batch", "vllm", "continuous", "whisper-batch")
+    ]
+
+
+def test_frontend_rbac_is_least_privilege(vllm_td: TranscriptionDeployment) -> None:
+    role = by_kind_name(build(vllm_td, CFG))[("Role", "whisper-frontend")]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["whisper-routes"], "verbs": ["get", "list", "watch"]},
+    ]  # fmt: skip
+
+
+def test_single_replica_pools_get_no_disruption_budget() -> None:
+    td = make_td({"model": {"name": "m"}, "frontend": {"replicas": 1}})
+    kinds = [m["kind"] for m in build(td, CFG)]
+    assert "PodDisruptionBudget" not in kinds
+
+
+def test_tensor_parallelism_and_scheduling_fields() -> None:
+    td = make_td(
+        {
+            "model": {
+                "name": "m",
+                "revision": "v2",
+                "hubTokenSecret": {"name": "hf", "key": "token"},
+            },
+            "pools": [
+                {
+                    "name": "big",
+                    "resources": {"gpus": 4, "gpuResourceName": "nvidia.com/mig-3g.40gb"},
+                    "nodeSelector": {"gpu": "h100"},
+                    "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                    "affinity": {"nodeAffinity": {"x": 1}},
+                    "engineArgs": ["--max-model-len=448"],
+                    "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
+                }
+            ],
+            "pod": {
+                "priorityClassName": "high",
+                "serviceAccountName": "worker",
+                "labels": {"team": "asr"},
+            },
+            "images": {"vllm": "registry.local/vllm:1", "pullSecrets": ["regcred"]},
+        }
+    )
+    dep = by_kind_name(build(td, CFG))[("Deployment", "whisper-big")]
+    pod = dep["spec"]["template"]
+    spec = pod["spec"]
+    c = spec["containers"][0]
+    settings = json.loads(c["env"][0]["value"])
+    assert settings["gpus"] == 4
+    assert settings["revision"] == "v2"
+    assert settings["extra_args"] == ["--max-model-len=448"]
+    assert c["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "4"}
+    assert c["image"] == "registry.local/vllm:1"
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in c[
+        "env"
+    ]
+    assert {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"} in c["env"]
+    assert spec["nodeSelector"] == {"gpu": "h100"}
+    assert spec["tolerations"][0] == {"key": "dedicated", "operator": "Exists"}
+    assert spec["affinity"] == {"nodeAffinity": {"x": 1}}
+    assert spec["priorityClassName"] == "high"
+    assert spec["serviceAccountName"] == "worker"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["metadata"]["labels"]["team"] == "asr"
+
+
+def test_pvc_weights_are_mounted_read_only() -> None:
+    td = make_td(
+        {"model": {"name": "m", "source": "pvc", "claimName": "weights", "path": "/whisper/"}}
+    )
+    dep = by_kind_name(build(td, CFG))[("Deployment", "whisper-default")]
+    spec = dep["spec"]["template"]["spec"]
+    assert {
+        "name": "weights",
+        "persistentVolumeClaim": {"claimName": "weights", "readOnly": True},
+    } in spec["volumes"]
+    settings = json.loads(spec["containers"][0]["env"][0]["value"])
+    assert settings["model"] == "/weights/whisper"
+
+
+def test_api_key_secret_is_mounted_into_the_frontend() -> None:
+    td = make_td(
+        {"model": {"name": "m"}, "frontend": {"apiKeySecret": {"name": "keys", "key": "keys.txt"}}}
+    )
+    dep = by_kind_name(build(td, CFG))[("Deployment", "whisper-frontend")]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][-2:] == ["--api-keys", "/etc/transcription/api-keys/keys.txt"]
+
+
+def test_build_is_deterministic(vllm_td: TranscriptionDeployment) -> None:
+    assert build(vllm_td, CFG) == build(vllm_td, CFG)

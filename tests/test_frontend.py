@@ -1,0 +1,473 @@
+"""The gateway against stand-in vLLM workers replaying vLLM's recorded answers, over real
+HTTP, with the official OpenAI client as the client."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.audio import tone_wav
+from tests.standins import VLLM, Behaviour, Running, recording, serve, start, vllm_app
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend import routing
+from transcription_frontend.app import Gateway, create_app
+from transcription_frontend.routing import Router
+
+PRIMARY = "openai/whisper-large-v3-turbo"
+SERVED = [PRIMARY, "whisper-1"]
+FIXTURE_TEXT = json.loads(recording(VLLM, "json")[2])["text"]
+WAV = tone_wav(0.5)
+
+
+def pool(
+    name: str, urls: list[str], engine: Engine = Engine.VLLM, mode: Mode = Mode.CONTINUOUS
+) -> PoolRoute:
+    return PoolRoute(name=name, engine=engine, mode=mode, service=f"svc-{name}", endpoints=urls)
+
+
+class Frontend:
+    def __init__(self, table: RouteTable, keys: Path | None = None) -> None:
+        self.router = Router(table)
+        self.gateway = Gateway(router=self.router, api_keys_path=keys)
+        self.running: Running = start(create_app(self.gateway))
+        self.url = self.running.url
+        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
+
+    def post(self, fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None = WAV,
+             endpoint: str = "transcriptions", **kw: Any) -> httpx.Response:  # fmt: skip
+        items = list(fields.items()) if isinstance(fields, dict) else fields
+        # Every field as a multipart part, in order (as the OpenAI SDK sends them).
+        parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in items]
+        if file is not None:
+            parts.append(("file", ("a.wav", file, "audio/wav")))
+        return httpx.post(f"{self.url}/v1/audio/{endpoint}", files=parts, **{"timeout": 30, **kw})
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = httpx.get(f"{self.url}/metrics").text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+@pytest.fixture
+def worker() -> Iterator[tuple[Running, Behaviour]]:
+    b = Behaviour()
+    with serve(vllm_app(SERVED, b)) as running:
+        yield running, b
+
+
+@pytest.fixture
+def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table)
+    yield fe
+    fe.running.stop()
+
+
+def assert_still_serving(fe: Frontend) -> None:
+    r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    assert r.text == FIXTURE_TEXT
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_json_through_the_openai_client(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    r = frontend.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    assert r.text == FIXTURE_TEXT
+    # The alias reached the worker as the primary name.
+    assert dict(worker[1].seen[-1].fields)["model"] == PRIMARY
+
+
+def test_text_is_plain_text_although_vllm_answers_json(frontend: Frontend) -> None:
+    r = frontend.post({"model": "whisper-1", "response_format": "text"})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.text == FIXTURE_TEXT.strip() + "\n"
+    sdk = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), response_format="text"
+    )
+    assert sdk.strip() == FIXTURE_TEXT.strip()
+
+
+@pytest.mark.parametrize("fmt", ["srt", "vtt"])
+def test_srt_and_vtt_are_rendered_from_segments(
+    frontend: Frontend, worker: tuple[Running, Behaviour], fmt: str
+) -> None:
+    worker[1].segments = True
+    out = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), response_format=fmt
+    )  # type: ignore[call-overload]
+    assert dict(worker[1].seen[-1].fields)["response_format"] == "verbose_json"
+    if fmt == "srt":
+        assert out.startswith(
+            "1\n00:00:00,000 --> 00:00:03,200\nThe quick roundfoc stump over the lazy dog.\n\n2\n00:00:03,200 --> 00:00:06,800\n"
+        )
+    else:
+        assert out.startswith(
+            "WEBVTT\n\n00:00:00.000 --> 00:00:03.200\nThe quick roundfoc stump over the lazy dog.\n"
+        )
+
+
+def test_verbose_json_passes_through(frontend: Frontend, worker: tuple[Running, Behaviour]) -> None:
+    worker[1].segments = True
+    r = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), response_format="verbose_json"
+    )
+    assert r.language == "en"
+    assert r.duration == pytest.approx(6.81675)
+    assert r.segments is not None and [s.end for s in r.segments] == [3.2, 6.8]
+
+
+def test_translations_endpoint(frontend: Frontend, worker: tuple[Running, Behaviour]) -> None:
+    r = frontend.client.audio.translations.create(model="whisper-1", file=("a.wav", WAV))
+    assert r.text == FIXTURE_TEXT
+
+
+def test_stream_is_translated_to_openai_events_as_they_arrive(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    worker[1].chunk_delay = 0.05
+    events: list[tuple[float, Any]] = []
+    start_t = time.monotonic()
+    stream = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), stream=True
+    )
+    for event in stream:
+        events.append((time.monotonic() - start_t, event))
+    deltas = [e for _, e in events if e.type == "transcript.text.delta"]
+    done = [e for _, e in events if e.type == "transcript.text.done"]
+    assert len(done) == 1 and events[-1][1].type == "transcript.text.done"
+    assert "".join(d.delta for d in deltas) == done[0].text == FIXTURE_TEXT
+    assert done[0].usage is not None and done[0].usage.total_tokens == 709
+    # Forwarded as they arrive: the first delta came long before the last.
+    assert events[-1][0] - events[0][0] > 0.5
+    fields = dict(worker[1].seen[-1].fields)
+    assert fields["stream"] == "true" and fields["stream_include_usage"] == "true"
+
+
+def test_no_field_is_dropped(frontend: Frontend, worker: tuple[Running, Behaviour]) -> None:
+    sent = [
+        ("model", "whisper-1"), ("language", "en"), ("prompt", "Kubernetes, vLLM."),
+        ("temperature", "0.2"), ("response_format", "json"), ("timestamp_granularities[]", "segment"),
+        ("include[]", "logprobs"), ("chunking_strategy", "auto"), ("seed", "7"), ("to_language", "en"),
+    ]  # fmt: skip
+    r = frontend.post(sent + [("response_format", "verbose_json")][:0])
+    assert r.status_code == 400  # granularities need verbose_json: checked before forwarding
+    sent[4] = ("response_format", "verbose_json")
+    r = frontend.post(sent)
+    assert r.status_code == 200, r.text
+    seen = worker[1].seen[-1]
+    assert seen.fields == [(k, PRIMARY if k == "model" else v) for k, v in sent]
+    assert seen.file_bytes == len(WAV) and seen.file_name == "a.wav"
+
+
+def test_request_id_is_forwarded_and_returned(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    r = frontend.post({"model": "whisper-1"}, headers={"x-request-id": "abc-123"})
+    assert r.headers["x-request-id"] == "abc-123"
+    assert worker[1].seen[-1].headers["x-request-id"] == "abc-123"
+    generated = frontend.post({"model": "whisper-1"}).headers["x-request-id"]
+    assert len(generated) == 32
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def error(r: httpx.Response) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return dict(body["error"])
+
+
+BAD_INPUTS = [
+    ({"model": "nope"}, WAV, 404, "The model `nope` does not exist. Valid models: openai/whisper-large-v3-turbo, whisper-1"),
+    ({"model": "whisper-1"}, None, 400, "the `file` part is missing"),
+    ({"model": "whisper-1"}, b"", 400, "the uploaded file is empty"),
+    ({"model": "whisper-1"}, b"\x00garbage" * 100, 400, "not a recognised audio"),
+    ({"model": "whisper-1", "temperature": "abc"}, WAV, 400, "temperature must be a number between 0 and 1, got 'abc'"),
+    ({"model": "whisper-1", "temperature": "5"}, WAV, 400, "temperature must be a number between 0 and 1, got '5'"),
+    ({"model": "whisper-1", "language": "english!"}, WAV, 400, "language must be an ISO-639-1 code"),
+    ({"model": "whisper-1", "language": "xx"}, WAV, 400, "Unsupported language: 'xx'"),  # vLLM's own check
+    ({"model": "whisper-1", "response_format": "docx"}, WAV, 400, "response_format must be one of json, text, srt, vtt, verbose_json"),
+    ({"model": "whisper-1", "stream": "maybe"}, WAV, 400, "stream must be true or false"),
+    ({"model": "whisper-1", "stream": "true", "response_format": "verbose_json"}, WAV, 400, "stream=true is supported with response_format json or text"),
+    ({"model": "whisper-1", "response_format": "verbose_json", "timestamp_granularities[]": "word"}, WAV, 400, "missing capability word_timestamps"),
+    ({"model": "whisper-1", "timestamp_granularities[]": "minute", "response_format": "verbose_json"}, WAV, 400, "timestamp_granularities[] values must be word or segment"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "file", "status", "message"), BAD_INPUTS, ids=[m[:40] for *_, m in BAD_INPUTS]
+)
+def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(
+    frontend: Frontend, fields: dict[str, str], file: bytes | None, status: int, message: str
+) -> None:
+    r = frontend.post(fields, file)
+    assert r.status_code == status, r.text
+    assert message in error(r)["message"]
+    assert_still_serving(frontend)
+
+
+def test_errors_reach_the_openai_client_as_its_exceptions(frontend: Frontend) -> None:
+    with pytest.raises(openai.NotFoundError) as nf:
+        frontend.client.audio.transcriptions.create(model="nope", file=("a.wav", WAV))
+    assert nf.value.body["param"] == "model"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError):
+        frontend.client.audio.transcriptions.create(
+            model="whisper-1", file=("a.wav", b"not audio at all")
+        )
+
+
+def test_not_multipart_is_refused(frontend: Frontend) -> None:
+    r = httpx.post(f"{frontend.url}/v1/audio/transcriptions", json={"model": "whisper-1"})
+    assert r.status_code == 415
+    assert "multipart/form-data" in error(r)["message"]
+    r = httpx.post(
+        f"{frontend.url}/v1/audio/transcriptions",
+        content=b"--x\r\nbroken",
+        headers={"content-type": "multipart/form-data; boundary=x"},
+    )
+    assert r.status_code == 400
+    assert_still_serving(frontend)
+
+
+def test_oversize_upload_gets_413_naming_the_limit(worker: tuple[Running, Behaviour]) -> None:
+    table = RouteTable(
+        model=PRIMARY,
+        aliases=["whisper-1"],
+        pools=[pool("batch", [worker[0].url])],
+        max_upload_bytes=1024 * 1024,
+    )
+    fe = Frontend(table)
+    try:
+        big = b"RIFF" + b"\x00" * (2 * 1024 * 1024)
+        r = fe.post({"model": "whisper-1"}, big)  # with Content-Length: refused before reading
+        assert r.status_code == 413
+        assert error(r)["message"].startswith(
+            "File too large: the upload limit is 1048576 bytes (1.0 MiB)"
+        )
+
+        def chunked() -> Iterator[bytes]:  # no Content-Length: refused when the limit is crossed
+            yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF'
+            for _ in range(64):
+                yield b"\x00" * 65536
+            yield b"\r\n--b--\r\n"
+
+        r = httpx.post(
+            f"{fe.url}/v1/audio/transcriptions",
+            content=chunked(),
+            headers={"content-type": "multipart/form-data; boundary=b"},
+        )
+        assert r.status_code == 413
+        assert worker[1].seen == []  # nothing reached the worker
+        assert_still_serving(fe)
+    finally:
+        fe.running.stop()
+
+
+def test_files_over_vllms_cap_are_413_not_vllms_400(worker: tuple[Running, Behaviour]) -> None:
+    table = RouteTable(
+        model=PRIMARY,
+        aliases=["whisper-1"],
+        pools=[pool("batch", [worker[0].url])],
+        max_upload_bytes=64 * 1024 * 1024,
+    )
+    fe = Frontend(table)
+    try:
+        r = fe.post({"model": "whisper-1"}, b"RIFF" + b"\x00" * (26 * 1024 * 1024))
+        assert r.status_code == 413
+        assert "25 MiB" in error(r)["message"]
+    finally:
+        fe.running.stop()
+
+
+def test_api_keys(worker: tuple[Running, Behaviour], tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k-one\nk-two\n")
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table, keys=keys)
+    try:
+        r = fe.post({"model": "whisper-1"})
+        assert r.status_code == 401 and "Missing API key" in error(r)["message"]
+        r = fe.post({"model": "whisper-1"}, headers={"authorization": "Bearer wrong"})
+        assert r.status_code == 401 and error(r)["code"] == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+        ok = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="k-two", max_retries=0)
+        assert (
+            ok.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV)).text
+            == FIXTURE_TEXT
+        )
+        assert [m.id for m in ok.models.list()] == SERVED
+    finally:
+        fe.running.stop()
+
+
+def test_no_ready_worker_is_503_with_retry_after() -> None:
+    table = RouteTable(model=PRIMARY, pools=[pool("batch", [])])
+    fe = Frontend(table)
+    try:
+        r = fe.post({"model": PRIMARY})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert "no worker could take the request" in error(r)["message"]
+        assert httpx.get(f"{fe.url}/ready").status_code == 503
+    finally:
+        fe.running.stop()
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+def test_models_health_ready_metrics(frontend: Frontend) -> None:
+    models = frontend.client.models.list()
+    assert [(m.id, m.owned_by) for m in models] == [
+        (PRIMARY, "transcription-operator"),
+        ("whisper-1", "transcription-operator"),
+    ]
+    assert httpx.get(f"{frontend.url}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{frontend.url}/ready").json() == {"status": "ready"}
+    ok = {"model": PRIMARY, "status": "200", "pool": "batch"}
+    missing = {"model": "unknown", "status": "404", "pool": "none"}
+    before = [
+        frontend.metric("transcription_frontend_requests_total", **labels)
+        for labels in (ok, missing)
+    ]
+    uploads = frontend.metric(
+        "transcription_frontend_upload_bytes_count", endpoint="transcriptions"
+    )
+    frontend.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    frontend.post({"model": "nope"})
+    # Counted under the primary model name, though the client sent the alias.
+    assert frontend.metric("transcription_frontend_requests_total", **ok) == before[0] + 1
+    assert frontend.metric("transcription_frontend_requests_total", **missing) == before[1] + 1
+    assert (
+        frontend.metric("transcription_frontend_upload_bytes_count", endpoint="transcriptions")
+        == uploads + 2
+    )
+
+
+def test_openapi_document_describes_the_form(frontend: Frontend) -> None:
+    doc = httpx.get(f"{frontend.url}/openapi.json").json()
+    body = doc["paths"]["/v1/audio/transcriptions"]["post"]["requestBody"]["content"][
+        "multipart/form-data"
+    ]
+    assert body["schema"]["required"] == ["file"]
+    assert "timestamp_granularities[]" in body["schema"]["properties"]
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def test_capability_choice_and_fallback_to_sequential() -> None:
+    b_fast, b_words = Behaviour(), Behaviour()
+    with serve(vllm_app(SERVED, b_fast)) as fast, serve(vllm_app(SERVED, b_words)) as words:
+        table = RouteTable(model=PRIMARY, pools=[
+            pool("batch", [fast.url]),
+            pool("words", [words.url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL),
+        ])  # fmt: skip
+        fe = Frontend(table)
+        try:
+            fe.post({"model": PRIMARY})
+            assert (len(b_fast.seen), len(b_words.seen)) == (1, 0)  # continuous first
+            fe.post(
+                [
+                    ("model", PRIMARY),
+                    ("response_format", "verbose_json"),
+                    ("timestamp_granularities[]", "word"),
+                ]
+            )
+            assert (len(b_fast.seen), len(b_words.seen)) == (1, 1)  # only faster-whisper has words
+            # faster-whisper renders srt itself: it is asked for srt, not verbose_json.
+            fe.router.set_endpoints("batch", [])
+            fe.post({"model": PRIMARY, "response_format": "srt"})
+            assert dict(b_words.seen[-1].fields)["response_format"] == "srt"
+        finally:
+            fe.running.stop()
+
+
+def test_retry_on_a_dead_endpoint_then_ejection_and_recovery(
+    worker: tuple[Running, Behaviour], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 0.5)
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    table = RouteTable(model=PRIMARY, pools=[pool("batch", [dead, worker[0].url])])
+    fe = Frontend(table)
+    try:
+        retries = fe.metric("transcription_frontend_retries_total", pool="batch")
+        ejections = fe.metric("transcription_frontend_endpoint_ejections_total", pool="batch")
+        # Equal load: the endpoint used least recently (the dead one) is tried first,
+        # fails, and the request is retried on the live one.
+        for _ in range(routing.EJECT_AFTER):
+            assert fe.post({"model": PRIMARY}).status_code == 200
+        assert (
+            fe.metric("transcription_frontend_retries_total", pool="batch")
+            >= retries + routing.EJECT_AFTER
+        )
+        assert (
+            fe.metric("transcription_frontend_endpoint_ejections_total", pool="batch")
+            == ejections + 1
+        )
+        assert dead not in fe.router.ready("batch")
+        time.sleep(0.6)
+        assert dead in fe.router.ready("batch")  # back in rotation after the ejection period
+    finally:
+        fe.running.stop()
+
+
+def test_worker_503_is_retried_on_another_endpoint(worker: tuple[Running, Behaviour]) -> None:
+    busy = Behaviour(status=503)
+    with serve(vllm_app(SERVED, busy)) as overloaded:
+        table = RouteTable(model=PRIMARY, pools=[pool("batch", [overloaded.url, worker[0].url])])
+        fe = Frontend(table)
+        try:
+            for _ in range(4):
+                assert fe.post({"model": PRIMARY}).status_code == 200
+            assert busy.seen  # it was tried
+        finally:
+            fe.running.stop()
+
+
+def test_least_in_flight_balances_concurrent_requests() -> None:
+    import concurrent.futures
+
+    slow_b, fast_b = Behaviour(delay=0.6), Behaviour(delay=0.05)
+    with serve(vllm_app(SERVED, slow_b)) as slow, serve(vllm_app(SERVED, fast_b)) as fast:
+        fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [slow.url, fast.url])]))
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                results = list(ex.map(lambda _: fe.post({"model": PRIMARY}).status_code, range(12)))
+            assert results == [200] * 12
+            # The fast worker frees up sooner, so it takes most of the requests.
+            assert len(fast_b.seen) > len(slow_b.seen)
+        finally:
+            fe.running.stop()
+
+
+def test_client_disconnect_cancels_the_worker_request(worker: tuple[Running, Behaviour]) -> None:
+    worker[1].delay = 3.0
+    table = RouteTable(model=PRIMARY, pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            fe.post({"model": PRIMARY}, timeout=0.5)
+        deadline = time.monotonic() + 3
+        while worker[1].cancelled == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker[1].cancelled == 1
+        assert fe.router.in_flight(worker[0].url) == 0
+    finally:
+        fe.running.stop()

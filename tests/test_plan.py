@@ -1,0 +1,104 @@
+"""The automatic split: which pools a resource runs for the traffic it declares."""
+
+from __future__ import annotations
+
+from transcription_api.capabilities import Capability, Engine, Mode
+from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
+from transcription_operator.plan import plan, traffic_needs
+
+
+def spec(**kw: object) -> TranscriptionDeploymentSpec:
+    return TranscriptionDeploymentSpec.model_validate({"model": {"name": "m"}, **kw})
+
+
+def summary(s: TranscriptionDeploymentSpec) -> list[tuple[str, str, str, bool]]:
+    return [(p.name, p.engine.value, p.mode.value, p.automatic) for p in plan(s).pools]
+
+
+def test_default_pool_is_continuous_for_vllm_and_sequential_for_faster_whisper() -> None:
+    assert summary(spec()) == [("default", "vllm", "continuous", False)]
+    assert summary(spec(engine="faster-whisper")) == [
+        ("default", "faster-whisper", "sequential", False)
+    ]
+
+
+def test_needs_are_each_endpoint_alone_and_with_each_feature() -> None:
+    s = spec(traffic={"endpoints": ["transcriptions", "translations"], "features": ["stream"]})
+    T, TR, S = Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS, Capability.STREAM
+    assert traffic_needs(s) == [
+        frozenset({T}), frozenset({T, S}), frozenset({TR}), frozenset({TR, S}),
+    ]  # fmt: skip
+
+
+def test_vllm_covers_plain_traffic_without_a_split() -> None:
+    s = spec(
+        traffic={
+            "endpoints": ["transcriptions", "translations"],
+            "features": ["stream", "segment_timestamps"],
+        }
+    )
+    p = plan(s)
+    assert not p.automatic
+    assert not p.uncovered
+
+
+def test_transformers_continuous_gets_a_sequential_pool_of_its_own_engine() -> None:
+    """The classic case: CB mode answers 400 'requires sequential generation (not CB)'."""
+    s = spec(
+        engine="transformers", pools=[{"name": "chat", "replicas": 3, "resources": {"gpus": 1}}]
+    )
+    p = plan(s)
+    assert summary(s) == [
+        ("chat", "transformers", "continuous", False),
+        ("auto-transformers", "transformers", "sequential", True),
+    ]
+    auto = p.automatic[0]
+    assert auto.covers == frozenset({Capability.TRANSCRIPTIONS})
+    assert auto.reason == "added for traffic needing transcriptions"
+    # Resources come from the pool it splits from; replicas from autoSplit.
+    assert auto.spec.resources.gpus == 1
+    assert auto.spec.replicas == 1
+
+
+def test_word_timestamps_on_vllm_split_to_faster_whisper() -> None:
+    s = spec(traffic={"features": ["word_timestamps", "stream"]}, autoSplit={"replicas": 2})
+    p = plan(s)
+    assert [(x.name, x.engine, x.mode) for x in p.automatic] == [
+        ("auto-faster-whisper", Engine.FASTER_WHISPER, Mode.SEQUENTIAL)
+    ]
+    assert p.automatic[0].covers == frozenset(
+        {Capability.TRANSCRIPTIONS, Capability.WORD_TIMESTAMPS}
+    )
+    assert p.automatic[0].spec.replicas == 2
+
+
+def test_one_automatic_pool_serves_several_needs() -> None:
+    s = spec(engine="transformers", traffic={"endpoints": ["transcriptions", "translations"]})
+    p = plan(s)
+    # transformers sequential cannot translate: faster-whisper covers both needs.
+    names = [x.name for x in p.automatic]
+    assert names == ["auto-transformers", "auto-faster-whisper"]
+    assert Capability.TRANSLATIONS in p.automatic[1].covers
+
+
+def test_declared_pool_that_covers_the_traffic_prevents_the_split() -> None:
+    s = spec(
+        traffic={"features": ["word_timestamps"]},
+        pools=[
+            {"name": "batch"},
+            {"name": "words", "engine": "faster-whisper", "mode": "sequential"},
+        ],
+    )
+    assert not plan(s).automatic
+
+
+def test_split_disabled_leaves_the_need_uncovered() -> None:
+    s = spec(engine="transformers", autoSplit={"enabled": False})
+    p = plan(s)
+    assert not p.automatic
+    assert p.uncovered == [frozenset({Capability.TRANSCRIPTIONS})]
+
+
+def test_automatic_pool_name_avoids_declared_names() -> None:
+    s = spec(engine="transformers", pools=[{"name": "auto-transformers"}])
+    assert [x.name for x in plan(s).automatic] == ["auto-transformers-x"]
