@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import testbed
 
 E2E_DIR = Path(__file__).parent

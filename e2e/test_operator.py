@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import testbed
 import yaml
+
+import testbed
 from conftest import ROOT, Kubectl, OperatorProcess, wait_for
 
 SAMPLES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))}

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.conftest import make_td
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_api.worker import WorkerSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-
-from tests.conftest import make_td
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
+
 from transcription_api import crd
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.conftest import make_td
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 from transcription_operator.config import OperatorConfig
 from transcription_operator.plan import plan
 from transcription_operator.status import Observed, compute_status, status_body
-
-from tests.conftest import make_td
 
 CFG = OperatorConfig()
 T0, T1 = "2026-11-30T10:00:00Z", "2026-11-30T10:05:00Z"

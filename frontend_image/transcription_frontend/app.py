@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from transcription_api.capabilities import Capability
 from transcription_api.openai import (
     Granularity,
@@ -308,15 +309,20 @@ async def transcribe(request: Request, endpoint: str) -> Response:
                     code="unsupported_capability",
                 )
             fields_for = {p.name: engine_fields(upload, p, primary, params) for p in pools}
-            path = f"/v1/audio/{endpoint}"
-            answer = await gw.forwarder.send(pools, path, fields_for, upload, request_id(request))
+
+            async def forward() -> Response:
+                nonlocal pool_label, streaming
+                path = f"/v1/audio/{endpoint}"
+                answer = await gw.forwarder.send(pools, path, fields_for, upload, request_id(request))
+                pool_label = answer.pool.name
+                if params.stream and answer.response.status_code == 200:
+                    streaming = True  # observed when the stream ends
+                    return stream_response(gw, answer, model_label, endpoint, started)
+                return await finish(gw, answer, params)
+
+            response = await cancel_on_disconnect(request, forward())
         finally:
             upload.close()
-        pool_label = answer.pool.name
-        if params.stream and answer.response.status_code == 200:
-            streaming = True  # observed when the stream ends
-            return stream_response(gw, answer, model_label, endpoint, started)
-        response = await cancel_on_disconnect(request, finish(gw, answer, params))
         status = response.status_code
         return response
     except APIError as e:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
 from transcription_api.routes import PoolRoute
 
 from . import metrics

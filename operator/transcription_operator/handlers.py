@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 import kopf
+
 from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
 
 from . import metrics

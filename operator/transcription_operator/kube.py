@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
 from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
 
 from .config import FIELD_MANAGER

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
+
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
 from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF, build
