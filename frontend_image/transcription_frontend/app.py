@@ -313,7 +313,9 @@ async def transcribe(request: Request, endpoint: str) -> Response:
             async def forward() -> Response:
                 nonlocal pool_label, streaming
                 path = f"/v1/audio/{endpoint}"
-                answer = await gw.forwarder.send(pools, path, fields_for, upload, request_id(request))
+                answer = await gw.forwarder.send(
+                    pools, path, fields_for, upload, request_id(request)
+                )
                 pool_label = answer.pool.name
                 if params.stream and answer.response.status_code == 200:
                     streaming = True  # observed when the stream ends

@@ -41,6 +41,7 @@ class Runtime:
         self.reconciler: Reconciler | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.kubeconfig: str | None = None
+        self.namespaces: tuple[str, ...] = ()  # empty: every namespace
 
 
 RUNTIME = Runtime()
@@ -66,13 +67,42 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.batching.batch_window = 0.1
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The same credentials as our own client: --kubeconfig, else in-cluster, else default."""
+    if not RUNTIME.kubeconfig:
+        return kopf.login_via_client(**kwargs)
+    cfg = Kube.connect(RUNTIME.kubeconfig).api.configuration
+    token = (cfg.api_key or {}).get("authorization", "").removeprefix("Bearer ") or None
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        token=token,
+    )
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
     kube = Kube.connect(RUNTIME.kubeconfig)
-    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, OperatorConfig.from_env())
+    cfg = OperatorConfig.from_env()
+    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg)
+    await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
     RUNTIME.tasks.append(asyncio.create_task(_resync()))
+
+
+def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
+    """List the children once before the first reconcile, so that a (re)started operator
+    never mistakes a child it has not yet seen on a watch for a missing one."""
+    selector = f"app.kubernetes.io/managed-by={PART_OF}"
+    for _, kind in CHILD_KINDS:
+        for ns in namespaces or (None,):
+            for obj in kube.list(kind, ns, selector):
+                RUNTIME.cache.put_if_absent(obj)
 
 
 @kopf.on.cleanup()

@@ -31,7 +31,9 @@ class Kind:
     def base(self) -> str:
         return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
 
-    def path(self, namespace: str, name: str | None = None, sub: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        if namespace is None:  # every namespace (lists only)
+            return f"{self.base}/{self.plural}"
         p = f"{self.base}/namespaces/{namespace}/{self.plural}"
         if name:
             p += f"/{name}"
@@ -108,9 +110,9 @@ class Kube:
             header_params=headers,
             auth_settings=["BearerToken"],
         )
-        data = json.dumps(body) if body is not None else None
         try:
-            resp = self.api.call_api(method, url, header_params=headers, body=data)
+            # The REST client serializes dict bodies itself, for JSON and YAML content types.
+            resp = self.api.call_api(method, url, header_params=headers, body=body)
         except ApiException as e:
             raise KubeError(e.status or 0, e.reason or "", e.body or "") from e
         raw = resp.read()  # type: ignore[no-untyped-call]
@@ -130,10 +132,15 @@ class Kube:
                 return None
             raise
 
-    def list(self, kind: str, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
+    def list(
+        self, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects of a kind in one namespace (None: all), with kind and apiVersion set."""
         query = {"labelSelector": label_selector} if label_selector else None
         out = self.request("GET", KINDS[kind].path(namespace), query=query)
         items: list[dict[str, Any]] = out.get("items", [])
+        for item in items:
+            item["kind"], item["apiVersion"] = kind, KINDS[kind].api_version
         return items
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     handlers.RUNTIME.kubeconfig = args.kubeconfig
     namespaces: list[str] = args.namespace or list(OperatorConfig.from_env().namespaces)
+    handlers.RUNTIME.namespaces = tuple(namespaces)
     start_http_server(args.metrics_port)
     logging.getLogger(__name__).info(
         "watching %s; metrics on :%d, liveness on :%d/healthz",

@@ -70,6 +70,11 @@ class Cache:
         with self._lock:
             self._objs[(obj["kind"], m["namespace"], m["name"])] = obj
 
+    def put_if_absent(self, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        with self._lock:
+            self._objs.setdefault((obj["kind"], m["namespace"], m["name"]), obj)
+
     def drop(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
             self._objs.pop((kind, namespace, name), None)
