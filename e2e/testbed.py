@@ -241,10 +241,18 @@ def is_up() -> bool:
     if not (KUBECONFIG.exists() and KUBERNETES.path("kubectl").exists()):
         return False
     proc = subprocess.run(
-        [str(KUBERNETES.path("kubectl")), "--kubeconfig", str(KUBECONFIG),
-         "get", "--raw", "/readyz", "--request-timeout=3s"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            str(KUBERNETES.path("kubectl")),
+            "--kubeconfig",
+            str(KUBECONFIG),
+            "get",
+            "--raw",
+            "/readyz",
+            "--request-timeout=3s",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return proc.returncode == 0 and proc.stdout.strip() == "ok"
 
 
@@ -260,17 +268,26 @@ def up() -> Path:
         say(f"starting cluster {CLUSTER!r} (kwokctl binary runtime on 127.0.0.1)")
         start = time.monotonic()
         proc = _kwokctl(
-            "create", "cluster",
-            "--runtime", "binary",
-            "--kubeconfig", str(KUBECONFIG),
-            "--kube-apiserver-binary", str(KUBERNETES.path("kube-apiserver")),
-            "--kube-controller-manager-binary", str(KUBERNETES.path("kube-controller-manager")),
-            "--kube-scheduler-binary", str(KUBERNETES.path("kube-scheduler")),
-            "--etcd-binary", str(ETCD.path("etcd")),
-            "--kwok-controller-binary", str(KWOK.path("kwok")),
-            "--wait", "120s",
+            "create",
+            "cluster",
+            "--runtime",
+            "binary",
+            "--kubeconfig",
+            str(KUBECONFIG),
+            "--kube-apiserver-binary",
+            str(KUBERNETES.path("kube-apiserver")),
+            "--kube-controller-manager-binary",
+            str(KUBERNETES.path("kube-controller-manager")),
+            "--kube-scheduler-binary",
+            str(KUBERNETES.path("kube-scheduler")),
+            "--etcd-binary",
+            str(ETCD.path("etcd")),
+            "--kwok-controller-binary",
+            str(KWOK.path("kwok")),
+            "--wait",
+            "120s",
             capture=True,
-        )  # fmt: skip
+        )
         if proc.returncode:
             sys.stderr.write(proc.stdout + proc.stderr)
             raise SystemExit(

@@ -112,7 +112,7 @@ class Segment(BaseModel):
 
 
 class VerboseTranscription(BaseModel):
-    """`response_format=verbose_json`."""
+    """`response_format=verbose_json`; renders itself as SRT or WebVTT subtitles."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -123,6 +123,28 @@ class VerboseTranscription(BaseModel):
     segments: list[Segment] | None = None
     words: list[Word] | None = None
     usage: DurationUsage | None = None
+
+    def to_srt(self) -> str:
+        return "\n".join(
+            f"{i}\n{timestamp(s.start, ',')} --> {timestamp(s.end, ',')}\n{s.text.strip()}\n"
+            for i, s in enumerate(self.segments or [], 1)
+        )
+
+    def to_vtt(self) -> str:
+        cues = [
+            f"{timestamp(s.start, '.')} --> {timestamp(s.end, '.')}\n{s.text.strip()}\n"
+            for s in self.segments or []
+        ]
+        return "\n".join(["WEBVTT\n", *cues])
+
+
+def timestamp(seconds: float, sep: str) -> str:
+    """`HH:MM:SS<sep>mmm` (sep ',' for SRT, '.' for WebVTT)."""
+    ms = max(0, round(seconds * 1000))
+    h, ms = divmod(ms, 3_600_000)
+    m, ms = divmod(ms, 60_000)
+    s, ms = divmod(ms, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
 class TextDelta(BaseModel):

@@ -58,9 +58,19 @@ FORM_OVERHEAD = 256 * 1024
 
 # Leading bytes of the containers Whisper engines decode (and a few more ffmpeg reads).
 AUDIO_MAGIC: tuple[tuple[int, bytes], ...] = (
-    (0, b"RIFF"), (0, b"RF64"), (0, b"fLaC"), (0, b"OggS"), (0, b"ID3"), (0, b"\x1a\x45\xdf\xa3"),
-    (4, b"ftyp"), (0, b"#!AMR"), (0, b"FORM"), (0, b".snd"), (0, b"caff"), (0, b"\x30\x26\xb2\x75"),
-)  # fmt: skip
+    (0, b"RIFF"),
+    (0, b"RF64"),
+    (0, b"fLaC"),
+    (0, b"OggS"),
+    (0, b"ID3"),
+    (0, b"\x1a\x45\xdf\xa3"),
+    (4, b"ftyp"),
+    (0, b"#!AMR"),
+    (0, b"FORM"),
+    (0, b".snd"),
+    (0, b"caff"),
+    (0, b"\x30\x26\xb2\x75"),
+)
 
 
 def looks_like_audio(head: bytes) -> bool:
@@ -132,9 +142,12 @@ class RequestIdMiddleware:
             if scope["path"] not in ("/health", "/ready", "/metrics"):
                 log.info(
                     "%s %s %s %.1fms request_id=%s",
-                    scope["method"], scope["path"], status,
-                    (time.perf_counter() - start) * 1000, rid,
-                )  # fmt: skip
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    (time.perf_counter() - start) * 1000,
+                    rid,
+                )
 
 
 def request_id(request: Request) -> str:
@@ -177,8 +190,10 @@ def parse_params(upload: Upload) -> TranscriptionParams:
             allowed = ", ".join(f.value for f in ResponseFormat)
             raise bad_request(f"response_format must be one of {allowed}", param=param) from e
         if param == "timestamp_granularities":
-            raise bad_request("timestamp_granularities[] values must be word or segment",
-                              param="timestamp_granularities[]") from e  # fmt: skip
+            raise bad_request(
+                "timestamp_granularities[] values must be word or segment",
+                param="timestamp_granularities[]",
+            ) from e
         if param == "temperature":
             raise bad_request(
                 f"temperature must be a number between 0 and 1, got {raw.get('temperature')!r}",
@@ -356,15 +371,19 @@ async def finish(gw: Gateway, answer: WorkerAnswer, params: TranscriptionParams)
         try:
             body = json.loads(raw)
         except ValueError as e:
-            raise APIError(502, f"worker of pool {answer.pool.name} sent invalid JSON",
-                           type="server_error") from e  # fmt: skip
+            raise APIError(
+                502, f"worker of pool {answer.pool.name} sent invalid JSON", type="server_error"
+            ) from e
     else:
         body = {"text": raw.decode("utf-8", "replace")}
     try:
         content, media = render(params.response_format, body)
     except ValidationError as e:
-        raise APIError(502, f"worker of pool {answer.pool.name} sent an unexpected answer: {e}",
-                       type="server_error") from e  # fmt: skip
+        raise APIError(
+            502,
+            f"worker of pool {answer.pool.name} sent an unexpected answer: {e}",
+            type="server_error",
+        ) from e
     if media == "json":
         return JSONResponse(content)
     return PlainTextResponse(str(content), media_type=media)
@@ -418,7 +437,7 @@ _FORM_SCHEMA: dict[str, Any] = {
         },
         "stream": {"type": "boolean"},
     },
-}  # fmt: skip
+}
 
 
 def _openapi_extra(summary: str) -> dict[str, Any]:
@@ -490,9 +509,16 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def models(request: Request) -> ModelList:
         authorize(request, gateway)
         table = gateway.router.table
-        cards = [ModelCard(id=n, created=gateway.started, owned_by="transcription-operator",
-                           root=table.model, parent=None if n == table.model else table.model)
-                 for n in table.served_names]  # fmt: skip
+        cards = [
+            ModelCard(
+                id=n,
+                created=gateway.started,
+                owned_by="transcription-operator",
+                root=table.model,
+                parent=None if n == table.model else table.model,
+            )
+            for n in table.served_names
+        ]
         return ModelList(data=cards)
 
     @app.get("/health")

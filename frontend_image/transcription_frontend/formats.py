@@ -31,37 +31,13 @@ def engine_format(requested: ResponseFormat, native: frozenset[str]) -> Response
     return ResponseFormat.JSON
 
 
-def timestamp(seconds: float, sep: str) -> str:
-    ms = max(0, round(seconds * 1000))
-    h, ms = divmod(ms, 3_600_000)
-    m, ms = divmod(ms, 60_000)
-    s, ms = divmod(ms, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
-
-
-def render_srt(v: VerboseTranscription) -> str:
-    blocks = []
-    for i, seg in enumerate(v.segments or [], 1):
-        span = f"{timestamp(seg.start, ',')} --> {timestamp(seg.end, ',')}"
-        blocks.append(f"{i}\n{span}\n{seg.text.strip()}\n")
-    return "\n".join(blocks)
-
-
-def render_vtt(v: VerboseTranscription) -> str:
-    blocks = ["WEBVTT\n"]
-    for seg in v.segments or []:
-        span = f"{timestamp(seg.start, '.')} --> {timestamp(seg.end, '.')}"
-        blocks.append(f"{span}\n{seg.text.strip()}\n")
-    return "\n".join(blocks)
-
-
 def render(requested: ResponseFormat, body: dict[str, Any]) -> tuple[str | dict[str, Any], str]:
     """Render the engine's JSON answer as `requested`: (content, media type)."""
     if requested == ResponseFormat.VERBOSE_JSON:
         return VerboseTranscription.model_validate(body).model_dump(exclude_none=True), "json"
     if requested in (ResponseFormat.SRT, ResponseFormat.VTT):
         v = VerboseTranscription.model_validate(body)
-        text = render_srt(v) if requested == ResponseFormat.SRT else render_vtt(v)
+        text = v.to_srt() if requested == ResponseFormat.SRT else v.to_vtt()
         return text, "text/plain; charset=utf-8"
     text = str(body.get("text", ""))
     if requested == ResponseFormat.TEXT:

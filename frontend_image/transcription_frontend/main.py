@@ -25,11 +25,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument(
-        "--discovery", choices=["static", "kubernetes"], default="static",
+        "--discovery",
+        choices=["static", "kubernetes"],
+        default="static",
         help="worker endpoints from the route table (static) or from EndpointSlices",
-    )  # fmt: skip
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"),
-                   help="namespace of the pool Services (default: the route table's)")  # fmt: skip
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE"),
+        help="namespace of the pool Services (default: the route table's)",
+    )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     p.add_argument("--api-keys", type=Path, help="file with accepted API keys, one per line")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
@@ -56,9 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig=args.kubeconfig,
     )
     uvicorn.run(
-        create_app(gateway), host=args.host, port=args.port, log_level=args.log_level.lower(),
-        access_log=False, timeout_graceful_shutdown=30,
-    )  # fmt: skip
+        create_app(gateway),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
     return 0
 
 

@@ -38,17 +38,22 @@ class MultipartBody:
         self.boundary = uuid.uuid4().hex
         b = self.boundary.encode()
         self.head = b"".join(
-            b"--" + b + b"\r\n"
+            b"--"
+            + b
+            + b"\r\n"
             + f'Content-Disposition: form-data; name="{_quote(k)}"\r\n\r\n'.encode()
-            + v.encode() + b"\r\n"
+            + v.encode()
+            + b"\r\n"
             for k, v in fields
-        )  # fmt: skip
+        )
         self.head += (
-            b"--" + b + b"\r\n"
+            b"--"
+            + b
+            + b"\r\n"
             + b'Content-Disposition: form-data; name="file"; '
             + f'filename="{_quote(upload.filename)}"\r\n'.encode()
             + f"Content-Type: {upload.file_content_type}\r\n\r\n".encode()
-        )  # fmt: skip
+        )
         self.tail = b"\r\n--" + b + b"--\r\n"
         self.upload = upload
 
@@ -120,8 +125,13 @@ class Forwarder:
                 self.router.acquire(url, pool.name)
                 try:
                     response = await self.client.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                        httpx.ReadError, httpx.WriteError) as e:  # fmt: skip
+                except (
+                    httpx.ConnectError,
+                    httpx.ConnectTimeout,
+                    httpx.RemoteProtocolError,
+                    httpx.ReadError,
+                    httpx.WriteError,
+                ) as e:
                     self.router.release(url, pool.name)
                     self.router.failed(url, pool.name)
                     last_error = (

@@ -72,14 +72,17 @@ class Router:
         """Pools that can serve the request, in the order to try them."""
         covering = [p for p in self.table.pools if p.capability_set.covers(needs)]
         if not covering:
-            missing = frozenset.intersection(
-                *(p.capability_set.missing(needs) for p in self.table.pools)
-            ) if self.table.pools else needs  # fmt: skip
+            missing = (
+                frozenset.intersection(*(p.capability_set.missing(needs) for p in self.table.pools))
+                if self.table.pools
+                else needs
+            )
             return NoPool(missing=missing or needs)
         fitting = [
-            p for p in covering
+            p
+            for p in covering
             if (limit := p.capability_set.max_upload_bytes) is None or size <= limit
-        ]  # fmt: skip
+        ]
         if not fitting:
             return NoPool(missing=frozenset(), too_large_for=[p.name for p in covering])
         return sorted(fitting, key=lambda p: p.mode != Mode.CONTINUOUS)

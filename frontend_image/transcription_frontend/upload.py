@@ -128,9 +128,11 @@ async def parse_upload(
             if part.size > MAX_FIELD_BYTES:
                 if not errors:
                     errors.append(
-                        bad_request(f"form field `{part.name}` is over {MAX_FIELD_BYTES} bytes",
-                                    param=part.name)
-                    )  # fmt: skip
+                        bad_request(
+                            f"form field `{part.name}` is over {MAX_FIELD_BYTES} bytes",
+                            param=part.name,
+                        )
+                    )
                 return
             part.data.extend(data[start:end])
 
@@ -176,7 +178,8 @@ async def parse_upload(
         upload.close()
         raise errors[0]
     if upload.file is None:
-        raise bad_request("the `file` part is missing: send the audio as a file named `file`",
-                          param="file")  # fmt: skip
+        raise bad_request(
+            "the `file` part is missing: send the audio as a file named `file`", param="file"
+        )
     upload.file.seek(0)
     return upload

@@ -398,10 +398,13 @@ def frontend_rbac(td: TranscriptionDeployment) -> list[Manifest]:
 def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Manifest:
     fe = td.spec.frontend
     args = [
-        "--routes", f"{ROUTES_MOUNT}/{ROUTES_KEY}",
-        "--port", str(FRONTEND_PORT),
-        "--discovery", "kubernetes",
-    ]  # fmt: skip
+        "--routes",
+        f"{ROUTES_MOUNT}/{ROUTES_KEY}",
+        "--port",
+        str(FRONTEND_PORT),
+        "--discovery",
+        "kubernetes",
+    ]
     volumes: list[Any] = [
         {"name": "routes", "configMap": {"name": routes_name(td)}},
         {"name": "tmp", "emptyDir": {}},

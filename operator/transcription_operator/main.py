@@ -23,9 +23,12 @@ from .config import OperatorConfig
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="transcription-operator", description=__doc__)
     p.add_argument(
-        "-n", "--namespace", action="append", default=[],
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
         help="namespace to watch (repeatable); default: WATCH_NAMESPACES, else all",
-    )  # fmt: skip
+    )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="kubeconfig path")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port")
     p.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port")

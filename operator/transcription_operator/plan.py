@@ -123,12 +123,17 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
         )
     # Say what each automatic pool is there for: the needs no declared pool covers.
     pools = [
-        p if not p.automatic else PlannedPool(
-            spec=p.spec, engine=p.engine, mode=p.mode, automatic=True,
+        p
+        if not p.automatic
+        else PlannedPool(
+            spec=p.spec,
+            engine=p.engine,
+            mode=p.mode,
+            automatic=True,
             covers=frozenset().union(*(n for n in split_needs if p.capabilities.covers(n))),
         )
         for p in pools
-    ]  # fmt: skip
+    ]
     return Plan(pools=pools, uncovered=uncovered)
 
 

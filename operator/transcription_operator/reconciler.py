@@ -172,11 +172,17 @@ class Reconciler:
             new = {
                 "observedGeneration": generation,
                 "conditions": [
-                    {"type": t, "status": s, "reason": reason, "message": msg,
-                     "lastTransitionTime": now_rfc3339(), "observedGeneration": generation}
+                    {
+                        "type": t,
+                        "status": s,
+                        "reason": reason,
+                        "message": msg,
+                        "lastTransitionTime": now_rfc3339(),
+                        "observedGeneration": generation,
+                    }
                     for t, s in (("Ready", "False"), ("Degraded", "True"), ("Stalled", "True"))
                 ],
-            }  # fmt: skip
+            }
         else:
             new = status_body(compute_status(td, the_plan, observed, self.cfg, now_rfc3339()))
         if _without_kopf(old) != new:
@@ -240,8 +246,9 @@ class Reconciler:
         for c in new.get("conditions", []):
             prev = before.get(c["type"])
             changed = prev is None or (prev["status"], prev.get("message")) != (
-                c["status"], c.get("message"),
-            )  # fmt: skip
+                c["status"],
+                c.get("message"),
+            )
             if not changed:
                 continue
             if c["type"] == "AutoSplit" and c["status"] == "True":
