@@ -237,6 +237,21 @@ class PoolSpec(_Model):
         "taint automatically.",
     )
     affinity: KubeObject | None = Field(default=None, description="Affinity (as in a pod spec).")
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use (vLLM default: 0.9).",
+    )
+    max_model_len: int | None = Field(
+        default=None, gt=0, description="Maximum model length (vLLM); default: the model's."
+    )
+    max_queue: int = Field(
+        default=16,
+        ge=0,
+        le=10000,
+        description="Requests a sequential faster-whisper replica queues before answering 503.",
+    )
     engine_args: list[str] = Field(
         default_factory=list,
         description="Extra arguments for the engine, passed through last (e.g. "

@@ -16,7 +16,7 @@ docker info >/dev/null 2>&1 || { echo "error: no Docker engine is running" >&2; 
 kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --config e2e/kind/cluster.yaml --wait 120s
 
 echo "==> building images (tag $TAG)"
-docker build -t transcription/operator:"$TAG" -f Dockerfile.operator .
+docker build -t transcription/operator:"$TAG" -f operator/Dockerfile .
 docker build -t transcription/frontend:"$TAG" -f frontend_image/Dockerfile .
 docker build -t transcription/worker-cpu:"$TAG" --build-arg BAKE_MODEL=1 -f worker_image/Dockerfile.cpu .
 for image in operator frontend worker-cpu; do

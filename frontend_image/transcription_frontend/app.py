@@ -366,6 +366,11 @@ async def finish(gw: Gateway, answer: WorkerAnswer, params: TranscriptionParams)
         await answer.response.aclose()
         gw.forwarder.release(answer)
     ctype = answer.response.headers.get("content-type", "")
+    fmt = params.response_format
+    native = answer.pool.capability_set.native_formats
+    if fmt.value in native and fmt in (ResponseFormat.TEXT, ResponseFormat.SRT, ResponseFormat.VTT):
+        # The engine rendered it itself: pass it through untouched.
+        return Response(raw, media_type=ctype or "text/plain; charset=utf-8")
     body: Any
     if "json" in ctype:
         try:

@@ -193,6 +193,9 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
         served_names=m.served_names,
         revision=m.revision,
         gpus=pool.spec.resources.gpus,
+        gpu_memory_utilization=pool.spec.gpu_memory_utilization,
+        max_model_len=pool.spec.max_model_len,
+        max_queue=pool.spec.max_queue,
         extra_args=pool.spec.engine_args,
     )
 

@@ -1,0 +1,112 @@
+"""The gateway in front of the real CPU worker: real speech, every format, through the
+OpenAI client; and the automatic split's routing with real and stand-in engines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.audio import SENTENCES, have_tools, speak, wer
+from tests.standins import Behaviour, Running, serve, start, vllm_app
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.app import Gateway, create_app
+from transcription_frontend.routing import Router
+from transcription_worker.engine import Lane, Transcriber
+from transcription_worker.main import default_model
+from transcription_worker.server import WorkerConfig
+from transcription_worker.server import create_app as worker_app
+
+pytestmark = pytest.mark.skipif(
+    not have_tools(), reason="needs espeak-ng, sox and ffmpeg (make system-deps)"
+)
+NAMES = ["whisper-tiny.en", "whisper-1"]
+
+
+@pytest.fixture(scope="module")
+def cpu_worker() -> Iterator[Running]:
+    lane = Lane(Transcriber(default_model(), threads=2), max_queue=8)
+    running = start(worker_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    sentence = SENTENCES[1]
+    return sentence, speak(sentence, tmp_path_factory.mktemp("speech"))
+
+
+@pytest.fixture
+def split(cpu_worker: Running) -> Iterator[openai.OpenAI]:
+    """vLLM (stand-in) continuous pool + the automatic faster-whisper sequential pool."""
+    with serve(vllm_app(NAMES, Behaviour(segments=True))) as vllm:
+        table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+            PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="b", endpoints=[vllm.url]),
+            PoolRoute(name="auto-faster-whisper", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL,
+                      service="a", endpoints=[cpu_worker.url], automatic=True),
+        ])  # fmt: skip
+        fe = start(create_app(Gateway(router=Router(table))))
+        yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+        fe.stop()
+
+
+@pytest.fixture
+def cpu_only(cpu_worker: Running) -> Iterator[openai.OpenAI]:
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c", endpoints=[cpu_worker.url]),
+    ])  # fmt: skip
+    fe = start(create_app(Gateway(router=Router(table))))
+    yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+    fe.stop()
+
+
+def test_every_format_with_real_speech(cpu_only: openai.OpenAI, speech: tuple[str, Path]) -> None:
+    sentence, wav = speech
+    file = wav.read_bytes()
+    create = cpu_only.audio.transcriptions.create
+    assert wer(sentence, create(model="whisper-1", file=("s.wav", file)).text) <= 0.2
+    assert (
+        wer(sentence, create(model="whisper-1", file=("s.wav", file), response_format="text"))
+        <= 0.2
+    )
+    srt = create(model="whisper-1", file=("s.wav", file), response_format="srt")
+    assert srt.startswith("1\n00:00:00,000 --> ")
+    vtt = create(model="whisper-1", file=("s.wav", file), response_format="vtt")
+    assert vtt.startswith("WEBVTT")
+    v = create(
+        model="whisper-1",
+        file=("s.wav", file),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert v.words and wer(sentence, " ".join(w.word for w in v.words)) <= 0.2
+    assert v.segments and v.segments[0].start == 0.0
+
+
+def test_stream_with_real_speech(cpu_only: openai.OpenAI, speech: tuple[str, Path]) -> None:
+    sentence, wav = speech
+    events = list(
+        cpu_only.audio.transcriptions.create(
+            model="whisper-1", file=("s.wav", wav.read_bytes()), stream=True
+        )
+    )
+    assert events[-1].type == "transcript.text.done"
+    assert wer(sentence, events[-1].text) <= 0.2
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta") == events[-1].text
+
+
+def test_split_routes_word_timestamps_to_the_sequential_pool(
+    split: openai.OpenAI, speech: tuple[str, Path]
+) -> None:
+    sentence, wav = speech
+    # Plain requests go to the continuous vLLM pool (the stand-in's recorded transcript)...
+    plain = split.audio.transcriptions.create(model="whisper-1", file=("s.wav", wav.read_bytes()))
+    assert plain.text.startswith(" The quick roundfoc")
+    # ...word timestamps, which vLLM lacks, to the automatic faster-whisper pool.
+    words = split.audio.transcriptions.create(model="whisper-1", file=("s.wav", wav.read_bytes()),
+                                              response_format="verbose_json", timestamp_granularities=["word"])  # fmt: skip
+    assert words.words and wer(sentence, words.text) <= 0.2

@@ -1,0 +1,38 @@
+"""Dockerfiles: clean under hadolint, non-root, and pinned to this project's version."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILES = [
+    ROOT / "frontend_image" / "Dockerfile",
+    ROOT / "worker_image" / "Dockerfile.cpu",
+    ROOT / "worker_image" / "Dockerfile.vllm",
+    ROOT / "operator" / "Dockerfile",
+]
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[str(p.relative_to(ROOT)) for p in DOCKERFILES])
+def test_dockerfile_is_clean_under_hadolint(path: Path) -> None:
+    hadolint = shutil.which("hadolint") or str(
+        Path(__file__).parents[1] / ".venv" / "bin" / "hadolint"
+    )
+    out = subprocess.run([hadolint, "--no-color", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[str(p.relative_to(ROOT)) for p in DOCKERFILES])
+def test_dockerfile_runs_as_non_root_and_pins_the_version(path: Path) -> None:
+    text = path.read_text()
+    assert re.search(r"^USER 1000:1000$", text, re.M)
+    for pin in re.findall(r"transcription-operator\[\w+\]==([\w.]+)", text):
+        assert pin == VERSION
+    assert "FROM" in text and ":latest" not in text

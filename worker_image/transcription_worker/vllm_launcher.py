@@ -1,0 +1,126 @@
+"""`transcription-vllm-launcher`: the vLLM image's entrypoint.
+
+Reads the settings the operator wrote (TRANSCRIPTION_WORKER_SETTINGS), checks what can be
+checked before a GPU is touched, and replaces itself with vLLM's own OpenAI server:
+`vllm serve <model> --served-model-name <primary> <aliases...> ...`.
+
+    transcription-vllm-launcher            exec vllm serve
+    transcription-vllm-launcher --print    print the command instead
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.worker import WorkerSettings
+
+# Flags the launcher sets from the resource's spec; users set them there, not in engineArgs.
+MANAGED_FLAGS = {
+    "--model": "spec.model.name",
+    "--served-model-name": "spec.model.name / spec.model.aliases",
+    "--host": "(fixed)",
+    "--port": "(fixed)",
+    "--download-dir": "spec.model.cache",
+    "--revision": "spec.model.revision",
+    "--tensor-parallel-size": "spec.pools[].resources.gpus",
+    "-tp": "spec.pools[].resources.gpus",
+    "--max-num-seqs": "spec.pools[].mode (sequential sets 1)",
+}
+
+
+class LaunchError(ValueError):
+    pass
+
+
+def vllm_args(s: WorkerSettings) -> list[str]:
+    """The `vllm serve` command line for these settings; raises LaunchError when invalid."""
+    if s.engine != Engine.VLLM:
+        raise LaunchError(f"this image runs vLLM, but the pool's engine is {s.engine.value}")
+    for arg in s.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            raise LaunchError(
+                f"engineArgs must not set {flag}: it is derived from {MANAGED_FLAGS[flag]}"
+            )
+    check_model(s)
+    args = ["vllm", "serve", s.model, "--served-model-name", *s.served_names]
+    args += ["--host", "0.0.0.0", "--port", str(s.port), "--download-dir", s.cache_dir]
+    if s.revision:
+        args += ["--revision", s.revision]
+    if s.gpus > 1:
+        args += ["--tensor-parallel-size", str(s.gpus)]
+    if s.mode == Mode.SEQUENTIAL:
+        args += ["--max-num-seqs", "1"]
+    if s.gpu_memory_utilization is not None:
+        args += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    if s.max_model_len is not None:
+        args += ["--max-model-len", str(s.max_model_len)]
+    return args + list(s.extra_args)
+
+
+def check_model(s: WorkerSettings) -> None:
+    """A local model directory must exist and its heads must split across the GPUs."""
+    if not s.model.startswith("/"):
+        return  # a hub id: vLLM downloads it
+    path = Path(s.model)
+    config = path / "config.json"
+    if not config.is_file():
+        raise LaunchError(
+            f"model directory {path} has no config.json: check spec.model.path "
+            "(and, for source 'pvc', that the claim holds the weights)"
+        )
+    if s.gpus > 1:
+        cfg = json.loads(config.read_text())
+        for key in ("encoder_attention_heads", "decoder_attention_heads", "num_attention_heads"):
+            heads = cfg.get(key)
+            if isinstance(heads, int) and heads % s.gpus:
+                raise LaunchError(
+                    f"{key}={heads} does not divide across {s.gpus} GPUs (tensor parallelism); "
+                    "use a GPU count that divides it"
+                )
+
+
+def check_with_vllm_parser(args: list[str]) -> None:
+    """Where vLLM is installed (its image), parse the arguments with vLLM's own parser."""
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser
+    except ImportError:
+        return
+    parser = make_arg_parser(FlexibleArgumentParser())
+    try:
+        parser.parse_args(args[2:])  # without "vllm serve"
+    except SystemExit as e:
+        raise LaunchError(f"vLLM rejects the arguments: {shlex.join(args)}") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="transcription-vllm-launcher", description=__doc__)
+    p.add_argument("--print", action="store_true", help="print the vllm command, do not run it")
+    opts = p.parse_args(argv)
+    try:
+        settings = WorkerSettings.from_env()
+        args = vllm_args(settings)
+        check_with_vllm_parser(args)
+    except (LaunchError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if opts.print:
+        print(shlex.join(args))
+        return 0
+    print(f"starting: {shlex.join(args)}", file=sys.stderr, flush=True)
+    os.execvp(args[0], args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
