@@ -63,14 +63,14 @@ def test_managed_flags_cannot_be_overridden() -> None:
 
 
 def test_local_model_directory_is_checked(tmp_path: Path) -> None:
-    with pytest.raises(LaunchError, match="has no config.json"):
+    with pytest.raises(LaunchError, match=r"has no config\.json"):
         vllm_args(settings(model=str(tmp_path)))
     (tmp_path / "config.json").write_text(
         json.dumps({"encoder_attention_heads": 20, "decoder_attention_heads": 20})
     )
     assert vllm_args(settings(model=str(tmp_path), gpus=4))[2] == str(tmp_path)
     with pytest.raises(
-        LaunchError, match="encoder_attention_heads=20 does not divide across 3 GPUs"
+        LaunchError, match=r"encoder_attention_heads=20 does not divide across 3 GPUs"
     ):
         vllm_args(settings(model=str(tmp_path), gpus=3))
 
