@@ -8,7 +8,7 @@ TESTBED := $(BIN)/python e2e/testbed.py
 PYTEST_ARGS ?=
 
 .PHONY: help venv system-deps testbed-build testbed-up testbed-down testbed-status \
-        test test-fast lint crds demo demo-down clean
+        test test-fast lint crds demo demo-down clean install.yaml bench
 
 help:
 	@echo "make demo        bring up the local test bed and the demo (see README)"
@@ -59,10 +59,18 @@ test: $(STAMP) system-deps testbed-build lint
 test-fast: $(STAMP) system-deps
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
-demo: $(STAMP) testbed-up
-	$(TESTBED) status
+demo: $(STAMP) system-deps
+	$(BIN)/python e2e/demo.py
 
-demo-down: testbed-down
+demo-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python e2e/demo.py down; else $(PYTHON) e2e/testbed.py down; fi
+
+install.yaml: $(STAMP)
+	$(BIN)/python charts/render_install.py
+
+crds: $(STAMP)
+	$(BIN)/python -m transcription_api.crd --write
+	$(BIN)/python -m transcription_api.reference --write
 
 clean: testbed-down
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ Only the standard library is used, so this works before the virtual environment 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -59,7 +60,10 @@ class Tool:
 
     @property
     def dir(self) -> Path:
-        return CACHE / f"{self.name}-{self.version}"
+        """The cache entry: the pinned version, plus a digest of the build flags so that a
+        changed recipe rebuilds."""
+        digest = hashlib.sha256(ldflags(self).encode()).hexdigest()[:8]
+        return CACHE / f"{self.name}-{self.version}-{digest}"
 
     def path(self, binary: str) -> Path:
         return self.dir / binary
@@ -84,6 +88,17 @@ def _kube_ldflags(version: str) -> list[str]:
             f"-X {pkg}.gitTreeState=clean",
         ]
     return flags
+
+
+def _helm_kube_ldflags() -> list[str]:
+    """Helm's default Kubernetes version (for `helm template`/`lint`): its client-go's."""
+    client_go = pinned_version(TOOLS / "helm" / "go.mod", "k8s.io/client-go")
+    minor = str(int(client_go.split(".")[1]))
+    return [
+        f"-X helm.sh/helm/v3/pkg/{pkg}.{var}={val}"
+        for pkg in ("chartutil", "lint/rules")
+        for var, val in (("k8sVersionMajor", "1"), ("k8sVersionMinor", minor))
+    ]
 
 
 KUBERNETES = Tool(
@@ -112,7 +127,7 @@ def ldflags(tool: Tool) -> str:
         "kubernetes": _kube_ldflags(v),
         "etcd": [f"-X go.etcd.io/etcd/api/v3/version.GitSHA={v}"],
         "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
-        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}"],
+        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}", *_helm_kube_ldflags()],
     }[tool.name]
     return " ".join(["-s", "-w", *extra])
 

@@ -76,6 +76,7 @@ def test_children_of_a_gpu_pool(vllm_td: TranscriptionDeployment) -> None:
         ("Deployment", "whisper-frontend"),
         ("PodDisruptionBudget", "whisper-batch"),
         ("PodDisruptionBudget", "whisper-frontend"),
+        ("NetworkPolicy", "whisper-workers"),
     }
     pod = kids[("Deployment", "whisper-batch")]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
@@ -116,6 +117,33 @@ def test_frontend_rbac_is_least_privilege(vllm_td: TranscriptionDeployment) -> N
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["whisper-routes"], "verbs": ["get", "list", "watch"]},
     ]  # fmt: skip
+
+
+def test_network_policy_admits_only_the_frontend_and_scrapers(
+    vllm_td: TranscriptionDeployment,
+) -> None:
+    np = by_kind_name(build(vllm_td, CFG))[("NetworkPolicy", "whisper-workers")]
+    assert np["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/instance": "whisper",
+        "app.kubernetes.io/component": "worker",
+    }
+    frontend, scrapers = np["spec"]["ingress"]
+    assert frontend["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/instance": "whisper",
+                    "app.kubernetes.io/component": "frontend",
+                }
+            }
+        }
+    ]
+    assert scrapers["from"][0]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "prometheus"}
+    }
+    assert frontend["ports"] == [{"protocol": "TCP", "port": 8000}]
+    off = make_td({"model": {"name": "m"}, "networkPolicy": {"enabled": False}})
+    assert "NetworkPolicy" not in [m["kind"] for m in build(off, CFG)]
 
 
 def test_single_replica_pools_get_no_disruption_budget() -> None:

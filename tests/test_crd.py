@@ -24,9 +24,10 @@ def walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]
 
 
 def test_committed_crd_matches_the_models() -> None:
-    assert crd.CRD_PATH.read_text() == crd.render(), (
-        "crds/ is stale: run `python -m transcription_api.crd --write`"
-    )
+    for path in (crd.CRD_PATH, crd.CHART_CRD_PATH):
+        assert path.read_text() == crd.render(), (
+            f"{path} is stale: run `python -m transcription_api.crd --write`"
+        )
 
 
 def test_schema_is_structural() -> None:
@@ -37,6 +38,10 @@ def test_schema_is_structural() -> None:
             assert key not in node, f"{path} has {key}"
         if node.get("x-kubernetes-preserve-unknown-fields"):
             assert node["type"] == "object"
+        for key in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert isinstance(node.get(key, True), bool), (
+                f"{path}.{key} must be a boolean in OpenAPI v3.0"
+            )
 
 
 def test_every_spec_and_status_field_has_a_description() -> None:
@@ -125,3 +130,10 @@ def test_unknown_fields_are_rejected() -> None:
         TranscriptionDeploymentSpec.model_validate(
             {"model": {"name": "m"}, "frontend": {"replica": 2}}
         )
+
+
+def test_readme_spec_reference_is_current() -> None:
+    from transcription_api import reference
+
+    text = reference.README.read_text()
+    assert reference.render() in text, "run `python -m transcription_api.reference --write`"

@@ -23,7 +23,10 @@ from pydantic_core import core_schema
 
 from . import v1alpha1 as api
 
-CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{api.PLURAL}.{api.GROUP}.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / f"{api.PLURAL}.{api.GROUP}.yaml"
+# The chart carries a copy (Helm templates can only read files inside the chart).
+CHART_CRD_PATH = ROOT / "charts" / "transcription-operator" / "files" / CRD_PATH.name
 
 _DROP = {"title", "$defs", "additionalProperties", "$ref", "anyOf", "allOf", "const"}
 
@@ -76,6 +79,10 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
             continue
         else:
             out[key] = value
+    # JSON Schema's numeric exclusive bounds are booleans next to the bound in OpenAPI v3.0.
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(exclusive), int | float) and not isinstance(out[exclusive], bool):
+            out[bound], out[exclusive] = out[exclusive], True
     if "const" in node:
         out["enum"] = [node["const"]]
         out.setdefault("type", "string")
@@ -193,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.write:
-        CRD_PATH.parent.mkdir(parents=True, exist_ok=True)
-        CRD_PATH.write_text(text)
-        print(f"wrote {CRD_PATH}", file=sys.stderr)
+        for path in (CRD_PATH, CHART_CRD_PATH):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -340,6 +340,26 @@ class FrontendSpec(_Model):
     )
 
 
+class NetworkPolicySpec(_Model):
+    """Who may reach the workers: the deployment's own frontend, and metrics scrapers."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Create a NetworkPolicy that admits only the frontend (and `metricsFrom`) "
+        "to the worker pods.",
+    )
+    metrics_from: list[KubeObject] = Field(
+        default_factory=lambda: [
+            {
+                "namespaceSelector": {},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        description="NetworkPolicy peers allowed to scrape worker metrics; default: pods "
+        "labelled app.kubernetes.io/name=prometheus in any namespace.",
+    )
+
+
 class ImagesSpec(_Model):
     """Container images; unset ones come from the operator's defaults."""
 
@@ -436,6 +456,9 @@ class TranscriptionDeploymentSpec(_Model):
     )
     frontend: FrontendSpec = Field(
         default_factory=FrontendSpec, description="The OpenAI-compatible frontend."
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec, description="Network isolation of the workers."
     )
     images: ImagesSpec = Field(default_factory=ImagesSpec, description="Container images.")
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Pod-level overrides.")

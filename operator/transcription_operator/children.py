@@ -44,6 +44,7 @@ CHILD_KINDS: list[tuple[str, str]] = [
     ("v1", "Service"),
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 ]
 
 
@@ -329,6 +330,29 @@ def pod_disruption_budget(
     }
 
 
+def worker_network_policy(td: TranscriptionDeployment) -> Manifest:
+    """Only this deployment's frontend (and metrics scrapers) may reach its workers."""
+    port = [{"protocol": "TCP", "port": WORKER_PORT}]
+    frontend_peer = {"podSelector": {"matchLabels": selector(td, "frontend")}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(td, f"{td.name}-workers", "worker"),
+        "spec": {
+            "podSelector": {"matchLabels": {INSTANCE_LABEL: td.name, COMPONENT_LABEL: "worker"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [frontend_peer], "ports": port},
+                *(
+                    [{"from": list(td.spec.network_policy.metrics_from), "ports": port}]
+                    if td.spec.network_policy.metrics_from
+                    else []
+                ),
+            ],
+        },
+    }
+
+
 # --------------------------------------------------------------------------- frontend
 
 
@@ -510,4 +534,6 @@ def build(
             )
     if td.spec.frontend.replicas > 1:
         out.append(pod_disruption_budget(td, frontend_name(td), "frontend", None))
+    if td.spec.network_policy.enabled:
+        out.append(worker_network_policy(td))
     return out

@@ -1,0 +1,279 @@
+"""The Helm chart: lint, rendered templates, install/upgrade on the test bed, RBAC proven by
+running the operator with exactly the chart's ServiceAccount, and PodSecurity admission."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_operator import SAMPLES, wait_ready
+
+import testbed
+from conftest import ROOT, Kubectl, OperatorProcess
+
+CHART = ROOT / "charts" / "transcription-operator"
+RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"
+SA = f"system:serviceaccount:{SYSTEM_NS}:{RELEASE}"
+
+
+def helm(
+    *args: str, check: bool = True, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [str(testbed.HELM.path("helm")), *args]
+    if kubeconfig:
+        cmd += ["--kubeconfig", str(kubeconfig)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check and out.returncode:
+        raise AssertionError(f"helm {' '.join(args)}: {out.stderr}")
+    return out
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    args = ["template", RELEASE, str(CHART), "-n", SYSTEM_NS]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+
+
+# --------------------------------------------------------------------------- offline
+
+
+def test_helm_lint_is_clean() -> None:
+    out = helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in out.stdout
+    assert "[WARNING]" not in out.stdout and "[ERROR]" not in out.stdout
+
+
+def test_default_render_is_cluster_wide_with_least_privilege() -> None:
+    docs = render()
+    assert {d["kind"] for d in docs} == {
+        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+    }  # fmt: skip
+    rules = find(docs, "ClusterRole")[0]["rules"]
+    resources = {r for rule in rules for r in rule["resources"]}
+    assert "secrets" not in resources and "nodes" not in resources and "pods" not in resources
+    assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in rules)
+    dep = find(docs, "Deployment")[0]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert dep["spec"]["strategy"]["type"] == "Recreate"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {e["name"]: e["value"] for e in c["env"]}[
+        "FASTER_WHISPER_IMAGE"
+    ] == "ghcr.io/transcription-dev/worker-cpu:0.1.0"
+    crd = find(docs, "CustomResourceDefinition")[0]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+
+def test_watch_namespaces_render_roles_only_there() -> None:
+    docs = render("watchNamespaces={speech,asr}", "rbac.secretNames={api-keys}")
+    assert not find(docs, "ClusterRole") and not find(docs, "ClusterRoleBinding")
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["asr", "speech"]
+    secret_rule = [r for r in roles[0]["rules"] if r["resources"] == ["secrets"]]
+    assert secret_rule == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["api-keys"],
+            "verbs": ["get"],
+        }
+    ]
+    args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=speech" in args and "--namespace=asr" in args
+
+
+def test_optional_service_monitor_and_dashboard() -> None:
+    docs = render("metrics.serviceMonitor.enabled=true", "dashboard.enabled=true")
+    assert find(docs, "ServiceMonitor")[0]["spec"]["endpoints"] == [
+        {"port": "metrics", "interval": "30s"}
+    ]
+    dashboard = json.loads(find(docs, "ConfigMap")[0]["data"]["transcription.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in (
+        "transcription_frontend_requests_total",
+        "vllm:num_requests_running",
+        "transcription_operator_reconciles_total",
+    ):
+        assert metric in exprs
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("replicas=2", "replicas"),
+        ("bogus=1", "bogus"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ],
+)
+def test_values_schema_rejects_bad_values(value: str, message: str) -> None:
+    out = helm("template", RELEASE, str(CHART), "--set", value, check=False)
+    assert out.returncode != 0 and message in out.stderr
+
+
+def test_install_yaml_is_in_sync_with_the_chart() -> None:
+    out = subprocess.run(
+        ["python3", str(ROOT / "charts" / "render_install.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+# --------------------------------------------------------------------------- on the test bed
+
+
+@pytest.fixture(scope="module")
+def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})  # fmt: skip
+    helm(
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        SYSTEM_NS,
+        "--wait",
+        "--timeout",
+        "2m",
+        kubeconfig=cluster,
+    )
+    yield
+    helm("uninstall", RELEASE, "-n", SYSTEM_NS, check=False, kubeconfig=cluster)
+
+
+def sa_kubeconfig(kubectl: Kubectl, path: Path) -> Path:
+    """A kubeconfig that authenticates as the chart's ServiceAccount (a bound token)."""
+    token = kubectl("create", "token", RELEASE, "-n", SYSTEM_NS, "--duration=2h").strip()
+    admin = yaml.safe_load(kubectl.kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+    }))  # fmt: skip
+    return path
+
+
+def test_helm_install_and_upgrade(kubectl: Kubectl, chart: None, cluster: Path) -> None:
+    dep = kubectl.json("get", "deployment", RELEASE, "-n", SYSTEM_NS)
+    assert dep["status"].get("readyReplicas") == 1  # admitted under restricted PodSecurity
+    out = helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        SYSTEM_NS,
+        "--reuse-values",
+        "--set",
+        "logLevel=DEBUG",
+        "--wait",
+        kubeconfig=cluster,
+    )
+    assert "has been upgraded" in out.stdout
+    env = kubectl.json("get", "deployment", RELEASE, "-n", SYSTEM_NS)["spec"]["template"]["spec"][
+        "containers"
+    ][0]["env"]
+    assert {"name": "LOG_LEVEL", "value": "DEBUG"} in env
+    assert (
+        "TranscriptionDeployment"
+        in helm("get", "notes", RELEASE, "-n", SYSTEM_NS, kubeconfig=cluster).stdout
+    )
+
+
+def can_i(kubectl: Kubectl, *args: str) -> bool:
+    out = kubectl.run("auth", "can-i", *args, "--as", SA, check=False)
+    return out.stdout.strip() == "yes"
+
+
+def test_cluster_wide_rbac_denies_what_it_was_not_given(kubectl: Kubectl, chart: None) -> None:
+    assert can_i(kubectl, "patch", "deployments", "-n", "anywhere")
+    assert can_i(kubectl, "patch", "transcriptiondeployments/status", "-n", "anywhere")
+    assert not can_i(kubectl, "get", "secrets", "-n", "default")
+    assert not can_i(kubectl, "list", "secrets", "-A")
+    assert not can_i(kubectl, "get", "nodes")
+    assert not can_i(kubectl, "create", "pods", "-n", "default")
+    assert not can_i(kubectl, "delete", "namespaces")
+    assert not can_i(kubectl, "create", "clusterroles")
+
+
+def test_namespaced_rbac_stays_in_its_namespaces(
+    kubectl: Kubectl, chart: None, cluster: Path, namespace: str
+) -> None:
+    helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM_NS, "--reuse-values", "--wait",
+         "--set", f"watchNamespaces={{{namespace}}}", "--set", "rbac.secretNames={api-keys}", kubeconfig=cluster)  # fmt: skip
+    try:
+        assert can_i(kubectl, "patch", "deployments", "-n", namespace)
+        assert not can_i(kubectl, "patch", "deployments", "-n", "default")
+        assert not can_i(kubectl, "list", "transcriptiondeployments", "-A")
+        assert can_i(kubectl, "get", "secrets/api-keys", "-n", namespace)
+        assert not can_i(kubectl, "get", "secrets/other", "-n", namespace)
+        assert not can_i(kubectl, "list", "secrets", "-n", namespace)
+    finally:
+        helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            SYSTEM_NS,
+            "--reset-values",
+            "--wait",
+            kubeconfig=cluster,
+        )
+
+
+def test_operator_with_the_charts_permissions_reconciles_to_ready_under_restricted_psa(
+    kubectl: Kubectl, chart: None, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    operator.stop()  # the admin-credentialed one
+    scoped = OperatorProcess(
+        sa_kubeconfig(kubectl, tmp_path / "sa.kubeconfig"), tmp_path / "sa-operator.log"
+    )
+    scoped.start()
+    try:
+        kubectl.apply(SAMPLES["auto-split"], namespace)
+        td = wait_ready(kubectl, namespace, "whisper-split")
+        assert td["status"]["readyPools"] == "2/2"
+        # Every pod was admitted by PodSecurity "restricted" (the API server decided).
+        pods = kubectl.json("get", "pods", "-n", namespace)["items"]
+        assert len(pods) == 5 and all(p["status"]["phase"] == "Running" for p in pods)
+        events = kubectl.json("get", "events", "-n", namespace)["items"]
+        assert not [e for e in events if e["reason"] == "FailedCreate"]
+        log = (tmp_path / "sa-operator.log").read_text()
+        assert "403" not in log and "Forbidden" not in log
+    finally:
+        scoped.stop()
+        operator.start()
+
+
+def test_restricted_psa_is_enforced(kubectl: Kubectl, namespace: str) -> None:
+    """Control: the same namespace label refuses a pod that is not restricted-compatible."""
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    out = kubectl.run("apply", "-n", namespace, "-f", "-", input=json.dumps(pod), check=False)
+    assert out.returncode != 0 and 'violates PodSecurity "restricted:latest"' in out.stderr
+
+
+def test_kubectl_install_path(kubectl: Kubectl, chart: None) -> None:
+    """install.yaml is what the chart renders: applying it over the release changes nothing."""
+    out = kubectl("apply", "--dry-run=server", "-f", str(ROOT / "install.yaml"))
+    assert (
+        "customresourcedefinition.apiextensions.k8s.io/transcriptiondeployments.transcription.dev"
+        in out
+    )
+    assert f"deployment.apps/{RELEASE}" in out
