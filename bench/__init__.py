@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench [frontend|worker|operator|all]` prints tables, writes JSON."""

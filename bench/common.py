@@ -1,0 +1,111 @@
+"""Helpers shared by the benchmarks: processes, /proc readings, tables and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench-results"
+PY = sys.executable
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+class Proc:
+    """A child process with an HTTP health URL, and readings of its CPU and memory."""
+
+    def __init__(
+        self, args: list[str], health: str, name: str, env: dict[str, str] | None = None
+    ) -> None:
+        RESULTS.mkdir(exist_ok=True)
+        self.log = open(RESULTS / f"{name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            args, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        self.name = name
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{name} exited; see {RESULTS / (name + '.log')}")
+            try:
+                with urllib.request.urlopen(health, timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit(f"{name} did not become healthy")
+
+    def rss_kib(self) -> int:
+        return _status_kib(self.proc.pid, "VmRSS")
+
+    def peak_kib(self) -> int:
+        return _status_kib(self.proc.pid, "VmHWM")
+
+    def reset_peak(self) -> None:
+        """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs)."""
+        try:
+            Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def _status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+    cells = [header, *[[_fmt(c) for c in r] for r in rows]]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for i, r in enumerate(cells):
+        print("  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+        if i == 0:
+            print("  " + "  ".join("-" * w for w in widths))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def write(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    say(f"wrote {path}")
+    return path

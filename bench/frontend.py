@@ -1,0 +1,213 @@
+"""Frontend benchmark, everything side by side in one process tree:
+
+(a) added latency (p50, p99) and throughput of the gateway against calling the same
+    stand-in vLLM worker directly (requests interleaved, so both see the same noise);
+(b) peak resident memory the gateway adds while 8 clients upload 25 MB files at once;
+(c) throughput with two workers of unequal speed: least-in-flight against round-robin.
+
+Targets: p50 added latency < 2 ms; 8 x 25 MB add < 64 MiB; least-in-flight beats round-robin.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.audio import tone_wav
+
+from .common import PY, RESULTS, Proc, pct, say, table, write
+
+BASE = 18700
+NAMES = ["whisper-large-v3", "whisper-1"]
+
+
+def routes(path: Path, pools: dict[str, list[str]]) -> Path:
+    table_ = {
+        "model": NAMES[0],
+        "aliases": NAMES[1:],
+        "max_upload_bytes": 26_214_400,
+        "pools": [
+            {"name": n, "engine": "vllm", "mode": "continuous", "service": n, "endpoints": urls}
+            for n, urls in pools.items()
+        ],
+    }
+    path.write_text(json.dumps(table_))
+    return path
+
+
+def worker(port: int, delay: float = 0.0) -> Proc:
+    return Proc([PY, "-m", "bench.standin_server", "--port", str(port), "--delay", str(delay)],
+                f"http://127.0.0.1:{port}/health", f"standin-{port}")  # fmt: skip
+
+
+def frontend(port: int, route_file: Path, balancer: str = "least-in-flight") -> Proc:
+    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file), "--port", str(port),
+                 "--log-level", "warning", "--balancer", balancer],
+                f"http://127.0.0.1:{port}/health", f"frontend-{port}")  # fmt: skip
+
+
+def post(client: httpx.Client, url: str, audio: bytes) -> float:
+    t = time.perf_counter()
+    r = client.post(
+        f"{url}/v1/audio/transcriptions",
+        data={"model": "whisper-1"},
+        files={"file": ("a.wav", audio)},
+    )
+    assert r.status_code == 200, r.text
+    return time.perf_counter() - t
+
+
+def latency(direct: str, via: str, n: int) -> dict[str, Any]:
+    audio = tone_wav(0.5)  # 16 KB
+    d, v = [], []
+    with httpx.Client(timeout=30) as c:
+        for _ in range(50):  # warm up both paths
+            post(c, direct, audio), post(c, via, audio)
+        for _ in range(n):
+            d.append(post(c, direct, audio))
+            v.append(post(c, via, audio))
+    added = sorted(b - a for a, b in zip(d, v, strict=True))
+    out = {
+        "requests": n,
+        "direct_p50_ms": pct(d, 50) * 1000,
+        "direct_p99_ms": pct(d, 99) * 1000,
+        "frontend_p50_ms": pct(v, 50) * 1000,
+        "frontend_p99_ms": pct(v, 99) * 1000,
+        "added_p50_ms": pct(added, 50) * 1000,
+        "added_p99_ms": pct(added, 99) * 1000,
+    }
+    return out
+
+
+def throughput(url: str, seconds: float, concurrency: int) -> float:
+    audio = tone_wav(0.5)
+    deadline = time.monotonic() + seconds
+
+    def loop() -> int:
+        done = 0
+        with httpx.Client(timeout=30) as c:
+            while time.monotonic() < deadline:
+                post(c, url, audio)
+                done += 1
+        return done
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as ex:
+        total = sum(ex.map(lambda _: loop(), range(concurrency)))
+    return total / seconds
+
+
+def upload_memory(fe: Proc, url: str, clients: int = 8, size: int = 25_000_000) -> dict[str, Any]:
+    big = b"RIFF" + b"\x00" * (size - 4)
+    before = fe.rss_kib()
+    fe.reset_peak()
+    stop, samples = False, [before]
+
+    def sample() -> None:
+        while not stop:
+            samples.append(fe.rss_kib())
+            time.sleep(0.01)
+
+    def upload(_: int) -> int:
+        with httpx.Client(timeout=120) as c:
+            return c.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                          files={"file": ("big.wav", big)}).status_code  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(clients + 1) as ex:
+        sampler = ex.submit(sample)
+        codes = list(ex.map(upload, range(clients)))
+        stop = True
+        sampler.result()
+    peak = max(max(samples), fe.peak_kib())
+    return {"clients": clients, "file_bytes": size, "statuses": sorted(set(codes)),
+            "rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
+            "added_mib": (peak - before) / 1024}  # fmt: skip
+
+
+def unequal(ports: tuple[int, int], route_file: Path, fe_port: int, balancer: str, n: int) -> float:
+    fe = frontend(fe_port, route_file, balancer)
+    try:
+        url = f"http://127.0.0.1:{fe_port}"
+        audio = tone_wav(0.5)
+        with httpx.Client(timeout=60) as c:
+            post(c, url, audio)
+        per_client = n // 8
+
+        def client(_: int) -> None:
+            with httpx.Client(timeout=60) as c:
+                for _ in range(per_client):
+                    post(c, url, audio)
+
+        t = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            list(ex.map(client, range(8)))
+        return per_client * 8 / (time.perf_counter() - t)
+    finally:
+        fe.stop()
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    n = 200 if quick else 1000
+    procs: list[Proc] = []
+    try:
+        say("starting a stand-in worker and the frontend")
+        w = worker(BASE + 1)
+        procs.append(w)
+        fe = frontend(
+            BASE, routes(RESULTS / "routes-a.json", {"batch": [f"http://127.0.0.1:{BASE + 1}"]})
+        )
+        procs.append(fe)
+        direct, via = f"http://127.0.0.1:{BASE + 1}", f"http://127.0.0.1:{BASE}"
+        say(f"(a) {n} interleaved requests direct vs through the frontend")
+        lat = latency(direct, via, n)
+        lat["direct_rps_c8"] = throughput(direct, 5, 8)
+        lat["frontend_rps_c8"] = throughput(via, 5, 8)
+        say("(b) 8 concurrent 25 MB uploads through the frontend")
+        mem = upload_memory(fe, via)
+        for p in procs:
+            p.stop()
+        procs = []
+
+        say("(c) unequal workers (50 ms and 250 ms per request): least-in-flight vs round-robin")
+        procs += [worker(BASE + 2, 0.05), worker(BASE + 3, 0.25)]
+        rf = routes(
+            RESULTS / "routes-c.json",
+            {"batch": [f"http://127.0.0.1:{BASE + 2}", f"http://127.0.0.1:{BASE + 3}"]},
+        )
+        m = 80 if quick else 200
+        lif = unequal((BASE + 2, BASE + 3), rf, BASE + 4, "least-in-flight", m)
+        rr = unequal((BASE + 2, BASE + 3), rf, BASE + 5, "round-robin", m)
+    finally:
+        for p in procs:
+            p.stop()
+    result = {
+        "latency": lat,
+        "upload_memory": mem,
+        "unequal_workers": {
+            "requests": m,
+            "least_in_flight_rps": lif,
+            "round_robin_rps": rr,
+            "ratio": lif / rr,
+        },
+        "targets": {
+            "added_p50_under_2ms": lat["added_p50_ms"] < 2.0,
+            "uploads_add_under_64mib": mem["added_mib"] < 64,
+            "least_in_flight_beats_round_robin": lif > rr,
+        },
+    }
+    table("(a) latency and throughput", ["path", "p50 ms", "p99 ms", "req/s (8 clients)"], [
+        ["direct to worker", lat["direct_p50_ms"], lat["direct_p99_ms"], lat["direct_rps_c8"]],
+        ["through frontend", lat["frontend_p50_ms"], lat["frontend_p99_ms"], lat["frontend_rps_c8"]],
+        ["added by frontend", lat["added_p50_ms"], lat["added_p99_ms"], ""],
+    ])  # fmt: skip
+    table("(b) frontend memory, 8 x 25 MB concurrent uploads", ["RSS before MiB", "peak MiB", "added MiB", "statuses"],
+          [[mem["rss_before_mib"], mem["rss_peak_mib"], mem["added_mib"], mem["statuses"]]])  # fmt: skip
+    table("(c) unequal workers, 8 clients", ["policy", "req/s"],
+          [["least-in-flight", lif], ["round-robin", rr], ["ratio", lif / rr]])  # fmt: skip
+    table("targets", ["target", "met"], [[k, v] for k, v in result["targets"].items()])
+    write("frontend", result)
+    return result
