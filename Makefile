@@ -74,3 +74,6 @@ crds: $(STAMP)
 
 clean: testbed-down
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+bench: $(STAMP) system-deps testbed-build
+	$(BIN)/python -m bench $(BENCH)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -53,10 +54,8 @@ class Proc:
 
     def reset_peak(self) -> None:
         """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs)."""
-        try:
+        with contextlib.suppress(OSError):
             Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
-        except OSError:
-            pass
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -80,7 +79,7 @@ def _status_kib(pid: int, key: str) -> int:
 
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def median(values: Sequence[float]) -> float:

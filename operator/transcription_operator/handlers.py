@@ -171,8 +171,6 @@ async def _worker(index: int) -> None:
 
 async def _reconcile(key: tuple[str, str]) -> None:
     assert RUNTIME.reconciler is not None
-    kube = RUNTIME.reconciler.kube
-    before = dict(kube.requests)
     with metrics.RECONCILE_SECONDS.time():
         try:
             result = await asyncio.to_thread(RUNTIME.reconciler.reconcile, *key)
@@ -181,10 +179,6 @@ async def _reconcile(key: tuple[str, str]) -> None:
             metrics.RECONCILES.labels(result="error").inc()
             log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
             return
-        finally:
-            for verb, n in kube.requests.items():
-                if n - before.get(verb, 0):
-                    metrics.API_REQUESTS.labels(verb=verb).inc(n - before.get(verb, 0))
     RUNTIME.queue.forget(key)
     metrics.RECONCILES.labels(result=result.outcome).inc()
     if result.writes:

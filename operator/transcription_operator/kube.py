@@ -8,8 +8,6 @@ report API requests per reconcile).
 from __future__ import annotations
 
 import json
-import threading
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
 
+from . import metrics
 from .config import FIELD_MANAGER
 
 
@@ -77,8 +76,6 @@ class Kube:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api = api_client
-        self.requests: Counter[str] = Counter()
-        self._lock = threading.Lock()
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -101,8 +98,7 @@ class Kube:
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        with self._lock:
-            self.requests[method] += 1
+        metrics.API_REQUESTS.labels(verb=method).inc()
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, _, _ = self.api.param_serialize(
             method=method,
