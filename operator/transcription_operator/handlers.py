@@ -73,7 +73,12 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     if not RUNTIME.kubeconfig:
         return kopf.login_via_client(**kwargs)
     cfg = Kube.connect(RUNTIME.kubeconfig).api.configuration
-    token = (cfg.api_key or {}).get("authorization", "").removeprefix("Bearer ") or None
+    # The client keeps a token as "Bearer <token>" under "BearerToken" (older releases:
+    # "authorization"), with or without an api_key_prefix.
+    token = None
+    for key, value in (cfg.api_key or {}).items():
+        prefix = (cfg.api_key_prefix or {}).get(key, "")
+        token = f"{prefix} {value}".strip().removeprefix("Bearer ").strip() or None
     return kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
