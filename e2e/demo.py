@@ -79,6 +79,7 @@ def wait_http(url: str, what: str, timeout: float = 120) -> None:
 def sa_kubeconfig() -> Path:
     token = kubectl("create", "token", RELEASE, "-n", SYSTEM_NS, "--duration=24h").strip()
     admin = yaml.safe_load(testbed.KUBECONFIG.read_text())
+    STATE.mkdir(parents=True, exist_ok=True)
     path = STATE / "operator.kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "operator",
@@ -128,8 +129,19 @@ def up() -> int:
     step(2, "Helm chart: CRD, RBAC, operator Deployment (its pod is simulated by KWOK)")
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))  # fmt: skip
-    subprocess.run([str(testbed.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
-                    "-n", SYSTEM_NS, "--wait", "--kubeconfig", str(testbed.KUBECONFIG)], check=True)  # fmt: skip
+    out = subprocess.run([str(testbed.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
+                          "-n", SYSTEM_NS, "--wait", "--kubeconfig", str(testbed.KUBECONFIG)],
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode:
+        raise SystemExit(f"helm install failed: {out.stderr}")
+    print(
+        "    "
+        + "\n    ".join(
+            line
+            for line in out.stdout.splitlines()
+            if line.startswith(("NAME:", "STATUS:", "REVISION:"))
+        )
+    )
 
     step(3, "operator, as a local process with the chart's ServiceAccount token")
     stop_processes()

@@ -80,7 +80,13 @@ def test_watch_namespaces_render_roles_only_there() -> None:
     docs = render("watchNamespaces={speech,asr}", "rbac.secretNames={api-keys}")
     # Nothing cluster-wide but reading CRDs (kopf discovers resources through them).
     [crds] = find(docs, "ClusterRole")
-    assert crds["rules"] == [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]}]
+    assert crds["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
     roles = find(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["asr", "speech"]
     secret_rule = [r for r in roles[0]["rules"] if r["resources"] == ["secrets"]]
@@ -203,7 +209,9 @@ def can_i(kubectl: Kubectl, *args: str) -> bool:
 
 def test_cluster_wide_rbac_denies_what_it_was_not_given(kubectl: Kubectl, chart: None) -> None:
     assert can_i(kubectl, "patch", "deployments", "-n", "anywhere")
-    assert can_i(kubectl, "patch", "transcriptiondeployments", "--subresource=status", "-n", "anywhere")
+    assert can_i(
+        kubectl, "patch", "transcriptiondeployments", "--subresource=status", "-n", "anywhere"
+    )
     assert not can_i(kubectl, "get", "secrets", "-n", "default")
     assert not can_i(kubectl, "list", "secrets", "-A")
     assert not can_i(kubectl, "get", "nodes")
