@@ -1,0 +1,115 @@
+"""Fuzzing the gateway: whatever arrives, no 500, and the server keeps serving.
+
+Two generators: schemathesis, from the gateway's own OpenAPI document, and hypothesis
+building hostile multipart bodies by hand (odd field names and values, binary junk,
+broken framing, wrong content types)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.audio import tone_wav
+from tests.standins import Behaviour, Running, start, vllm_app
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.app import Gateway, create_app
+from transcription_frontend.routing import Router
+
+NAMES = ["whisper-large-v3", "whisper-1"]
+WAV = tone_wav(0.2)
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[str]:
+    worker = start(vllm_app(NAMES, Behaviour()))
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], max_upload_bytes=1024 * 1024, pools=[
+        PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="b", endpoints=[worker.url]),
+    ])  # fmt: skip
+    fe: Running = start(create_app(Gateway(router=Router(table))))
+    yield fe.url
+    fe.stop()
+    worker.stop()
+
+
+def still_serving(url: str) -> None:
+    r = httpx.post(
+        f"{url}/v1/audio/transcriptions",
+        data={"model": "whisper-1"},
+        files={"file": ("a.wav", WAV)},
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_schemathesis_finds_no_server_error(gateway: str) -> None:
+    """Every operation of the gateway's OpenAPI document, with generated requests."""
+    schema = schemathesis.openapi.from_url(f"{gateway}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.path for op in operations} >= {"/v1/audio/transcriptions", "/v1/models"}
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        def check(case: Any) -> None:
+            response = case.call()
+            assert response.status_code < 500, f"{case.method} {case.path}: {response.text}"
+
+        check()
+    still_serving(gateway)
+
+
+field_names = st.sampled_from(["model", "language", "prompt", "response_format", "temperature", "stream",
+                               "timestamp_granularities[]", "include[]", "file", "x", ""]) | st.text(max_size=20)  # fmt: skip
+field_values = st.sampled_from(
+    ["whisper-1", "json", "srt", "true", "0.5", "-1", "nan", "inf", "word", "", "\x00"]
+) | st.text(max_size=50)
+
+
+@st.composite
+def multipart(draw: st.DrawFn) -> tuple[bytes, str]:
+    boundary = draw(st.sampled_from(["b0undary", "x", "----WebKitFormBoundary7MA4YWxkTrZu0gW"]))
+    parts = []
+    for name, value in draw(st.lists(st.tuples(field_names, field_values), max_size=8)):
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode(
+                "utf-8", "surrogatepass"
+            )
+        )
+    if draw(st.booleans()):
+        payload = draw(st.sampled_from([WAV, b"", b"RIFF", b"\xff\xfb\x90junk"])) + draw(
+            st.binary(max_size=512)
+        )
+        filename = draw(st.text(max_size=30)).replace('"', "")
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+                     f"Content-Type: {draw(st.sampled_from(['audio/wav', 'application/octet-stream', '']))}\r\n\r\n".encode("utf-8", "surrogatepass")
+                     + payload + b"\r\n")  # fmt: skip
+    tail = draw(
+        st.sampled_from([f"--{boundary}--\r\n".encode(), b"", b"--", f"--{boundary}".encode()])
+    )
+    ctype = draw(st.sampled_from([f"multipart/form-data; boundary={boundary}", "multipart/form-data",
+                                  "application/json", "text/plain", f"multipart/mixed; boundary={boundary}", ""]))  # fmt: skip
+    return b"".join(parts) + tail, ctype
+
+
+@given(body=multipart(), endpoint=st.sampled_from(["transcriptions", "translations"]))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+def test_hostile_multipart_bodies_never_cause_a_500(
+    gateway: str, body: tuple[bytes, str], endpoint: str
+) -> None:
+    content, ctype = body
+    headers = {"content-type": ctype} if ctype else {}
+    r = httpx.post(f"{gateway}/v1/audio/{endpoint}", content=content, headers=headers, timeout=30)
+    assert r.status_code < 500, r.text
+    if r.status_code != 200:
+        err = r.json()["error"]
+        assert err["message"] and err["type"]
+
+
+def test_still_serving_after_fuzzing(gateway: str) -> None:
+    still_serving(gateway)

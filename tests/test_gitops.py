@@ -1,0 +1,85 @@
+"""GitOps health: the Argo CD health check (run in a real Lua interpreter) on real statuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lupa import LuaRuntime
+
+from tests.conftest import make_td
+from transcription_operator.config import OperatorConfig
+from transcription_operator.plan import plan
+from transcription_operator.status import Observed, compute_status, status_body
+
+SCRIPT = (Path(__file__).resolve().parents[1] / "gitops" / "argocd-health.lua").read_text()
+
+
+def health(obj: dict[str, Any]) -> tuple[str, str]:
+    lua = LuaRuntime(unpack_returned_tuples=True)
+
+    def to_lua(v: Any) -> Any:
+        if isinstance(v, dict):
+            return lua.table_from({k: to_lua(x) for k, x in v.items()})
+        if isinstance(v, list):
+            return lua.table_from([to_lua(x) for x in v])
+        return v
+
+    lua.globals().obj = to_lua(obj)
+    hs = lua.execute(SCRIPT)
+    return hs["status"], hs["message"]
+
+
+def body(
+    spec: dict[str, Any],
+    deployments: list[dict[str, Any]],
+    problems: list[tuple[str, str]] | None = None,
+    generation: int = 3,
+) -> dict[str, Any]:
+    td = make_td(spec)
+    st = compute_status(
+        td,
+        plan(td.spec),
+        Observed({d["metadata"]["name"]: d for d in deployments}, problems or []),
+        OperatorConfig(),
+        "2026-11-30T10:00:00Z",
+    )
+    return {"metadata": {"generation": generation}, "status": status_body(st)}
+
+
+def dep(name: str, replicas: int, ready: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "generation": 1},
+            "status": {"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas, "readyReplicas": ready}}  # fmt: skip
+
+
+SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        ({"metadata": {"generation": 1}}, "Progressing"),
+        (body(SPEC, []), "Progressing"),
+        (body(SPEC, [dep("whisper-default", 1, 1), dep("whisper-frontend", 1, 1)]), "Healthy"),
+        (
+            body(SPEC, [dep("whisper-default", 1, 1), dep("whisper-frontend", 1, 1)], generation=4),
+            "Progressing",
+        ),
+        (
+            body(SPEC, [], problems=[("SecretNotFound", "Secret speech/keys does not exist")]),
+            "Degraded",
+        ),
+        (
+            body(
+                {**SPEC, "engine": "transformers", "autoSplit": {"enabled": False}},
+                [dep("whisper-default", 1, 1), dep("whisper-frontend", 1, 1)],
+            ),
+            "Degraded",
+        ),
+    ],
+)
+def test_argocd_health_check(obj: dict[str, Any], expected: str) -> None:
+    status, message = health(obj)
+    assert status == expected, message
+    assert message
