@@ -105,6 +105,10 @@ class Cache:
             return sum(1 for k in self._objs if k[0] == kind)
 
 
+class RetryLater(Exception):
+    """The reconcile reported what failed and should run again after a backoff."""
+
+
 @dataclass
 class Result:
     outcome: str  # "applied", "unchanged", "degraded", "gone", "error"
@@ -133,6 +137,7 @@ class Reconciler:
         desired = build(td, self.cfg, the_plan)
         observed = Observed(problems=self._missing_secrets(td))
         writes = 0
+        transient: list[str] = []
         for manifest in desired:
             meta = manifest["metadata"]
             live = self.cache.get(manifest["kind"], meta["namespace"], meta["name"])
@@ -141,20 +146,24 @@ class Reconciler:
             try:
                 applied = self.kube.apply(manifest)
             except KubeError as e:
-                if e.status in (400, 403, 422):
-                    # The spec asks for something the API server refuses (a bad affinity,
-                    # say): retrying cannot help until the spec changes.
-                    msg = f"{manifest['kind']} {meta['name']}: {e.message}"
-                    observed.problems.append(("ApplyFailed", msg))
-                    continue
-                raise
+                # Either way the user sees it in status. A refusal (400/403/422: a bad
+                # affinity, say) waits for the spec to change; anything else (the cluster
+                # out of Service IPs, an API server hiccup) is retried with backoff.
+                msg = f"{manifest['kind']} {meta['name']}: {e.message}"
+                observed.problems.append(("ApplyFailed", msg))
+                if e.status not in (400, 403, 422):
+                    transient.append(msg)
+                continue
             writes += 1
             self.cache.put(applied)
         writes += self._prune(td, desired)
         for child in self.cache.children(namespace, name, str(td.metadata["uid"])):
             if child["kind"] == "Deployment":
                 observed.deployments[child["metadata"]["name"]] = child
-        return self._report(body, td, observed, writes, the_plan)
+        result = self._report(body, td, observed, writes, the_plan)
+        if transient:
+            raise RetryLater("; ".join(transient))
+        return result
 
     def _report(
         self,

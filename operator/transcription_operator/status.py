@@ -47,7 +47,7 @@ class Rollout:
 
 def rollout(dep: dict[str, Any] | None, desired: int) -> Rollout:
     if dep is None:
-        return Rollout(desired, 0, desired == 0 and False)
+        return Rollout(desired, 0, False)  # not created yet
     st = dep.get("status") or {}
     ready = int(st.get("readyReplicas") or 0)
     current = st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
