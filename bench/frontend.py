@@ -128,24 +128,14 @@ def upload_memory(fe: Proc, url: str, clients: int = 8, size: int = 25_000_000) 
             "added_mib": (peak - before) / 1024}  # fmt: skip
 
 
-def unequal(ports: tuple[int, int], route_file: Path, fe_port: int, balancer: str, n: int) -> float:
+def unequal(route_file: Path, fe_port: int, balancer: str, seconds: float) -> float:
+    """Requests per second completed by 8 clients in a fixed time window."""
     fe = frontend(fe_port, route_file, balancer)
     try:
         url = f"http://127.0.0.1:{fe_port}"
-        audio = tone_wav(0.5)
         with httpx.Client(timeout=60) as c:
-            post(c, url, audio)
-        per_client = n // 8
-
-        def client(_: int) -> None:
-            with httpx.Client(timeout=60) as c:
-                for _ in range(per_client):
-                    post(c, url, audio)
-
-        t = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(8) as ex:
-            list(ex.map(client, range(8)))
-        return per_client * 8 / (time.perf_counter() - t)
+            post(c, url, tone_wav(0.5))
+        return throughput(url, seconds, 8)
     finally:
         fe.stop()
 
@@ -178,9 +168,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             RESULTS / "routes-c.json",
             {"batch": [f"http://127.0.0.1:{BASE + 2}", f"http://127.0.0.1:{BASE + 3}"]},
         )
-        m = 80 if quick else 200
-        lif = unequal((BASE + 2, BASE + 3), rf, BASE + 4, "least-in-flight", m)
-        rr = unequal((BASE + 2, BASE + 3), rf, BASE + 5, "round-robin", m)
+        window = 5.0 if quick else 15.0
+        lif = unequal(rf, BASE + 4, "least-in-flight", window)
+        rr = unequal(rf, BASE + 5, "round-robin", window)
     finally:
         for p in procs:
             p.stop()
@@ -188,7 +178,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "latency": lat,
         "upload_memory": mem,
         "unequal_workers": {
-            "requests": m,
+            "window_seconds": window,
             "least_in_flight_rps": lif,
             "round_robin_rps": rr,
             "ratio": lif / rr,
