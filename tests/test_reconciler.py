@@ -16,7 +16,9 @@ def test_changed_removed_or_added_items_are_drift() -> None:
     desired = {"spec": {"replicas": 2, "env": [{"name": "A", "value": "1"}]}}
     assert not is_subset(desired, {"spec": {"replicas": 5, "env": [{"name": "A", "value": "1"}]}})
     assert not is_subset(desired, {"spec": {"env": [{"name": "A", "value": "1"}]}})
-    assert not is_subset(desired, {"spec": {"replicas": 2, "env": [{"name": "A", "value": "1"}, {"name": "B"}]}})
+    assert not is_subset(
+        desired, {"spec": {"replicas": 2, "env": [{"name": "A", "value": "1"}, {"name": "B"}]}}
+    )
 
 
 def test_scalars_compare_by_value() -> None:
