@@ -471,3 +471,12 @@ def test_client_disconnect_cancels_the_worker_request(worker: tuple[Running, Beh
         assert fe.router.in_flight(worker[0].url) == 0
     finally:
         fe.running.stop()
+
+
+def test_wrong_method_on_an_audio_endpoint(frontend: Frontend) -> None:
+    r = httpx.get(f"{frontend.url}/v1/audio/transcriptions")
+    assert r.status_code == 405
+    assert "use POST" in error(r)["message"]
+    r = httpx.get(f"{frontend.url}/v1/nothing-here")
+    assert r.status_code == 404 and error(r)["type"] == "not_found_error"
+    assert_still_serving(frontend)

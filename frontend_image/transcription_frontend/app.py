@@ -257,19 +257,31 @@ async def until_disconnected(request: Request) -> None:
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[Response]) -> Response:
-    """Run `work`, cancelling it (and so the worker request) if the client goes away."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(until_disconnected(request))
+    """Await `work` here, cancelling it (and so the worker request) if the client goes away.
+
+    One watcher task per request, which cancels this one on a disconnect.
+    """
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    def on_disconnect(watcher: asyncio.Task[None]) -> None:
+        nonlocal gone
+        if not watcher.cancelled():
+            gone = True
+            current.cancel()
+
+    watcher = asyncio.create_task(until_disconnected(request))
+    watcher.add_done_callback(on_disconnect)
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        raise APIError(499, "client closed the request")
+        return await work
+    except asyncio.CancelledError:
+        if gone:
+            raise APIError(499, "client closed the request") from None
+        raise
     finally:
+        watcher.remove_done_callback(on_disconnect)
         watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 async def transcribe(request: Request, endpoint: str) -> Response:
@@ -351,10 +363,7 @@ async def transcribe(request: Request, endpoint: str) -> Response:
 
 
 def _observe(model: str, endpoint: str, status: int, pool: str, started: float) -> None:
-    metrics.REQUESTS.labels(model=model, endpoint=endpoint, status=str(status), pool=pool).inc()
-    metrics.DURATION.labels(model=model, endpoint=endpoint, pool=pool).observe(
-        time.perf_counter() - started
-    )
+    metrics.request_done(model, endpoint, status, pool, time.perf_counter() - started)
 
 
 async def finish(gw: Gateway, answer: WorkerAnswer, params: TranscriptionParams) -> Response:
@@ -368,8 +377,9 @@ async def finish(gw: Gateway, answer: WorkerAnswer, params: TranscriptionParams)
     ctype = answer.content_type
     fmt = params.response_format
     native = answer.pool.capability_set.native_formats
-    if fmt.value in native and fmt in (ResponseFormat.TEXT, ResponseFormat.SRT, ResponseFormat.VTT):
-        # The engine rendered it itself: pass it through untouched.
+    if fmt.value in native and fmt != ResponseFormat.VERBOSE_JSON:
+        # The engine rendered it itself (json is OpenAI's {"text", "usage"} in every engine
+        # that renders it): pass it through untouched.
         return Response(raw, media_type=ctype or "text/plain; charset=utf-8")
     body: Any
     if "json" in ctype:
@@ -463,7 +473,7 @@ def _openapi_extra(summary: str) -> dict[str, Any]:
     }
 
 
-def create_app(gateway: Gateway) -> FastAPI:
+def create_app(gateway: Gateway) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = []
@@ -498,15 +508,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(Exception, unhandled_error_handler)
-    app.add_middleware(RequestIdMiddleware)
-
-    @app.post("/v1/audio/transcriptions", openapi_extra=_openapi_extra("Transcribe audio"))
-    async def transcriptions(request: Request) -> Response:
-        return await transcribe(request, "transcriptions")
-
-    @app.post("/v1/audio/translations", openapi_extra=_openapi_extra("Translate audio to English"))
-    async def translations(request: Request) -> Response:
-        return await transcribe(request, "translations")
+    _document_audio_routes(app)
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:
@@ -538,4 +540,57 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    return RequestIdMiddleware(AudioRoutes(app))
+
+
+AUDIO_PATHS = {
+    "/v1/audio/transcriptions": "transcriptions",
+    "/v1/audio/translations": "translations",
+}
+
+
+class AudioRoutes:
+    """The two upload endpoints, served ahead of FastAPI's stack; everything else is FastAPI.
+
+    They parse their own bodies and answer every error themselves, so FastAPI's routing,
+    dependency, exception and body-limit layers add nothing for them -- except about
+    0.4 ms of CPU per request, a fifth of the gateway's whole budget.
+    """
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = AUDIO_PATHS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        scope["app"] = self.app
+        request = Request(scope, receive, send)
+        response: Response
+        if scope["method"] != "POST":
+            response = APIError(405, f"{scope['method']} is not allowed; use POST").response()
+        else:
+            try:
+                response = await transcribe(request, endpoint)
+            except Exception as e:
+                response = await unhandled_error_handler(request, e)
+        await response(scope, receive, send)
+
+
+def _document_audio_routes(app: FastAPI) -> None:
+    """Add the audio endpoints (served by AudioRoutes) to the OpenAPI document."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = base()
+            for path, summary in (
+                ("/v1/audio/transcriptions", "Transcribe audio"),
+                ("/v1/audio/translations", "Translate audio to English"),
+            ):
+                schema.setdefault("paths", {})[path] = {"post": _openapi_extra(summary)}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

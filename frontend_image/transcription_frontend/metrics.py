@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter(
@@ -42,3 +45,18 @@ ENDPOINTS = Gauge(
     "Ready worker endpoints known, by pool.",
     ["pool"],
 )
+
+
+@functools.cache
+def _children(model: str, endpoint: str, status: int, pool: str) -> tuple[Any, Any]:
+    return (
+        REQUESTS.labels(model=model, endpoint=endpoint, status=str(status), pool=pool),
+        DURATION.labels(model=model, endpoint=endpoint, pool=pool),
+    )
+
+
+def request_done(model: str, endpoint: str, status: int, pool: str, seconds: float) -> None:
+    """Count a finished request (the labelled children are looked up once per label set)."""
+    count, duration = _children(model, endpoint, status, pool)
+    count.inc()
+    duration.observe(seconds)
