@@ -38,9 +38,6 @@ class Capability(StrEnum):
     LANGUAGE_DETECTION = "language_detection"
 
 
-ENDPOINT_CAPABILITIES = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS)
-
-
 class CapabilitySet(BaseModel):
     """What a pool serves and its limits."""
 
@@ -126,10 +123,3 @@ def supported_modes(engine: Engine) -> list[Mode]:
 
 # Engines the automatic split may add, in order of preference, after the pool's own engine.
 SPLIT_FALLBACK_ENGINES = (Engine.FASTER_WHISPER,)
-
-
-def format_needs(response_format: str) -> frozenset[Capability]:
-    """Capabilities a response format needs from the engine (the frontend renders the rest)."""
-    if response_format in ("srt", "vtt", "verbose_json"):
-        return frozenset({Capability.SEGMENT_TIMESTAMPS})
-    return frozenset()

@@ -25,25 +25,6 @@ class Granularity(StrEnum):
     SEGMENT = "segment"
 
 
-# Multipart fields OpenAI documents for /v1/audio/transcriptions and /translations.
-# (`file` is the upload itself.) Array fields are sent as `name[]`.
-DOCUMENTED_FIELDS = frozenset(
-    {
-        "model",
-        "language",
-        "prompt",
-        "response_format",
-        "temperature",
-        "timestamp_granularities[]",
-        "stream",
-        "chunking_strategy",
-        "include[]",
-        "known_speaker_names[]",
-        "known_speaker_references[]",
-    }
-)
-
-
 class TranscriptionParams(BaseModel):
     """The request options the gateway needs to understand (the rest pass through)."""
 

@@ -308,8 +308,7 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                     break
             yield b"data: [DONE]\n\n"
         finally:
-            if not job.events.empty() or not job.cancelled.is_set():
-                job.cancelled.set()  # a client that left mid-stream stops the job
+            job.cancelled.set()  # a client that left mid-stream stops the job (no-op if done)
 
     def observe(job: Job, t0: float) -> None:
         metrics.E2E.labels(model_name=primary).observe(time.perf_counter() - t0)
