@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import testbed
+from tests.standins import free_port
 
 E2E_DIR = Path(__file__).parent
 
@@ -94,14 +95,6 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
 
 ROOT = E2E_DIR.parent
 CRD_FILE = ROOT / "crds" / "transcriptiondeployments.transcription.dev.yaml"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OperatorProcess:
