@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -55,11 +56,11 @@ class Tool:
     binaries: dict[str, str]  # binary name -> package path
     ldflags: tuple[str, ...] = field(default=())
 
-    @property
+    @cached_property
     def version(self) -> str:
         return pinned_version(TOOLS / self.name / "go.mod", self.module)
 
-    @property
+    @cached_property
     def dir(self) -> Path:
         """The cache entry: the pinned version, plus a digest of the build flags so that a
         changed recipe rebuilds."""

@@ -37,13 +37,17 @@ def tone_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
     return buf.getvalue()
 
 
-def have_tools() -> bool:
-    return all(shutil.which(t) for t in ("espeak-ng", "sox", "ffmpeg"))
+def require_tools() -> None:
+    """Fail (never skip) without the Debian audio tools: `make system-deps` installs them."""
+    missing = [t for t in ("espeak-ng", "sox", "ffmpeg") if not shutil.which(t)]
+    if missing:
+        raise RuntimeError(f"missing {', '.join(missing)}: run `make system-deps`")
 
 
 @cache
 def speak(text: str, directory: Path) -> Path:
     """A 16 kHz mono WAV of `text` spoken by espeak-ng."""
+    require_tools()
     directory.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
     raw = directory / f"{slug}.espeak.wav"
@@ -68,6 +72,7 @@ FORMATS = {
 
 def convert(wav: Path, fmt: str) -> Path:
     """`wav` in another container (ffmpeg)."""
+    require_tools()
     if fmt == "wav":
         return wav
     out = wav.with_suffix(f".{fmt}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.audio import SENTENCES, have_tools, speak, wer
+from tests.audio import SENTENCES, speak, wer
 from tests.standins import Behaviour, Running, serve, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
@@ -20,9 +20,6 @@ from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig
 from transcription_worker.server import create_app as worker_app
 
-pytestmark = pytest.mark.skipif(
-    not have_tools(), reason="needs espeak-ng, sox and ffmpeg (make system-deps)"
-)
 NAMES = ["whisper-tiny.en", "whisper-1"]
 
 

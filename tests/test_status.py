@@ -159,3 +159,26 @@ def test_problems_found_by_the_reconciler_are_degraded(vllm_td: TranscriptionDep
     )
     assert conditions(st)["Degraded"] == ("True", "SecretNotFound")
     assert conditions(st)["Progressing"] == ("False", "Failed")
+
+
+def test_invalid_spec_status_is_stable_across_reconciles() -> None:
+    """Otherwise each status write would trigger a reconcile that writes again."""
+    from transcription_operator.status import invalid_spec_status
+
+    body: dict[str, Any] = {"metadata": {"generation": 2}, "spec": {"model": {}}}
+    first = status_body(
+        invalid_spec_status(body, "InvalidSpec", "invalid spec: model.name: Field required", T0)
+    )
+    second = status_body(
+        invalid_spec_status(
+            body | {"status": first}, "InvalidSpec", "invalid spec: model.name: Field required", T1
+        )
+    )
+    assert first == second
+    conds = {c["type"]: (c["status"], c["reason"]) for c in first["conditions"]}
+    assert conds == {
+        "Ready": ("False", "InvalidSpec"),
+        "Degraded": ("True", "InvalidSpec"),
+        "Stalled": ("True", "InvalidSpec"),
+    }
+    assert first["observedGeneration"] == 2

@@ -13,16 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.audio import SENTENCES, convert, have_tools, speak, tone_wav, wer
+from tests.audio import SENTENCES, convert, speak, tone_wav, wer
 from tests.standins import Running, start
 from transcription_worker import metrics
 from transcription_worker.engine import Lane, Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app
-
-pytestmark = pytest.mark.skipif(
-    not have_tools(), reason="needs espeak-ng, sox and ffmpeg (make system-deps)"
-)
 
 NAMES = ["whisper-tiny.en", "whisper-1"]
 MAX_WER = 0.25  # tiny.en gets ~0-5% on these sentences; margin for codecs and noise

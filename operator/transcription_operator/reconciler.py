@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from transcription_api.v1alpha1 import TranscriptionDeployment
+from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 
 from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF, build
 from .config import OperatorConfig
 from .kube import Kube, KubeError
 from .plan import plan
-from .status import Observed, compute_status, status_body
+from .status import Observed, compute_status, invalid_spec_status, status_body
 
 log = logging.getLogger(__name__)
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -130,8 +130,8 @@ class Reconciler:
         try:
             td = TranscriptionDeployment.model_validate(body)
         except ValidationError as e:
-            problem = ("InvalidSpec", _validation_message(e))
-            return self._report(body, None, Observed(problems=[problem]), writes=0)
+            status = invalid_spec_status(body, "InvalidSpec", _validation_message(e), now_rfc3339())
+            return self._report(body, status, [("InvalidSpec", status.conditions[0].message)], 0)
 
         the_plan = plan(td.spec)
         desired = build(td, self.cfg, the_plan)
@@ -160,7 +160,8 @@ class Reconciler:
         for child in self.cache.children(namespace, name, str(td.metadata["uid"])):
             if child["kind"] == "Deployment":
                 observed.deployments[child["metadata"]["name"]] = child
-        result = self._report(body, td, observed, writes, the_plan)
+        status = compute_status(td, the_plan, observed, self.cfg, now_rfc3339())
+        result = self._report(body, status, observed.problems, writes)
         if transient:
             raise RetryLater("; ".join(transient))
         return result
@@ -168,46 +169,25 @@ class Reconciler:
     def _report(
         self,
         body: dict[str, Any],
-        td: TranscriptionDeployment | None,
-        observed: Observed,
+        status: TranscriptionDeploymentStatus,
+        problems: list[tuple[str, str]],
         writes: int,
-        the_plan: Any = None,
     ) -> Result:
+        """Write the status if it changed (with Events for changes users care about)."""
         meta = body["metadata"]
         old = body.get("status") or {}
-        if td is None:
-            generation = meta.get("generation")
-            reason, msg = observed.problems[0]
-            new = {
-                "observedGeneration": generation,
-                "conditions": [
-                    {
-                        "type": t,
-                        "status": s,
-                        "reason": reason,
-                        "message": msg,
-                        "lastTransitionTime": now_rfc3339(),
-                        "observedGeneration": generation,
-                    }
-                    for t, s in (("Ready", "False"), ("Degraded", "True"), ("Stalled", "True"))
-                ],
-            }
-        else:
-            new = status_body(compute_status(td, the_plan, observed, self.cfg, now_rfc3339()))
+        new = status_body(status)
         if _without_kopf(old) != new:
             self.kube.patch_status(meta["namespace"], meta["name"], new)
             writes += 1
             writes += self._events(body, old, new)
             body = {**body, "status": new}
             self.cache.put(body)
-        outcome = (
-            "degraded"
-            if observed.problems or (td and the_plan.uncovered)
-            else ("applied" if writes else "unchanged")
-        )
+        degraded = any(c.type == "Degraded" and c.status == "True" for c in status.conditions)
+        outcome = "degraded" if degraded else ("applied" if writes else "unchanged")
         # Missing Secrets are not watched: look again in a minute (not a retry storm).
-        requeue = 60.0 if observed.problems else None
-        return Result(outcome, writes, requeue, [m for _, m in observed.problems])
+        requeue = 60.0 if problems else None
+        return Result(outcome, writes, requeue, [m for _, m in problems])
 
     def _prune(self, td: TranscriptionDeployment, desired: list[dict[str, Any]]) -> int:
         wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}

@@ -196,5 +196,25 @@ def compute_status(
     )
 
 
+def invalid_spec_status(
+    body: dict[str, Any], reason: str, message: str, now: str
+) -> TranscriptionDeploymentStatus:
+    """Status of a resource whose spec cannot be read (the CRD's rules should prevent it)."""
+    generation = int(body["metadata"].get("generation") or 0)
+    previous = {}
+    for c in (body.get("status") or {}).get("conditions", []):
+        try:
+            previous[c["type"]] = Condition.model_validate(c)
+        except ValueError:
+            continue
+    return TranscriptionDeploymentStatus(
+        observed_generation=generation,
+        conditions=[
+            _condition(t, s, reason, message, generation, previous, now)
+            for t, s in (("Ready", F), ("Degraded", T), ("Stalled", T))
+        ],
+    )
+
+
 def status_body(status: TranscriptionDeploymentStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")
