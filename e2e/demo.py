@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -206,14 +207,32 @@ def up() -> int:
     return 0
 
 
-def stop_processes() -> None:
-    for name, pid in _pids().items():
-        try:
+def stop_processes(grace: float = 20.0) -> None:
+    """SIGTERM each process group, wait for it to exit (the operator shuts down gracefully),
+    SIGKILL what is left after `grace` seconds."""
+    pids = _pids()
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-            print(f"stopped {name} (pid {pid})")
-        except ProcessLookupError:
-            pass
+    deadline = time.monotonic() + grace
+    for name, pid in pids.items():
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        print(f"stopped {name} (pid {pid})")
     (STATE / "pids.json").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child of ours that exited but was not reaped yet is a zombie: gone for our purpose.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def down() -> int:
