@@ -146,6 +146,13 @@ def test_install_yaml_is_in_sync_with_the_chart() -> None:
 def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})  # fmt: skip
+    # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
+    # release, as Helm documents: its ownership label and annotations.
+    crd = "crd/transcriptiondeployments.transcription.dev"
+    if kubectl.run("get", crd, check=False).returncode == 0:
+        kubectl("label", "--overwrite", crd, "app.kubernetes.io/managed-by=Helm")
+        kubectl("annotate", "--overwrite", crd, f"meta.helm.sh/release-name={RELEASE}",
+                f"meta.helm.sh/release-namespace={SYSTEM_NS}")  # fmt: skip
     helm(
         "upgrade",
         "--install",
