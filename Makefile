@@ -26,17 +26,25 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the tests use: espeak-ng speaks test sentences, sox converts audio,
-# ffmpeg encodes the compressed containers (mp3, m4a, webm, ogg).
+# Debian packages: espeak-ng speaks test sentences, sox converts audio, ffmpeg encodes the
+# compressed containers (mp3, m4a, webm, ogg); the test bed's real node needs runc, the CNI
+# plugins, iptables, conntrack and socat, and its images are built with buildah from a
+# debootstrap'ed Debian (gcc/libc6-dev compile the pod sandbox's pause program).
+SYSTEM_TOOLS := espeak-ng:espeak-ng sox:sox sox:libsox-fmt-all ffmpeg:ffmpeg \
+  runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
+  conntrack:conntrack socat:socat buildah:buildah debootstrap:debootstrap gcc:gcc \
+  /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev
 system-deps:
-	@missing=""; for c in espeak-ng sox ffmpeg; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	@missing=""; for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair#*:}; \
+	  if [ "$${tool#/}" != "$$tool" ]; then [ -e "$$tool" ] || missing="$$missing $$pkg"; \
+	  else command -v $$tool >/dev/null || missing="$$missing $$pkg"; fi; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "==> installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsox-fmt-all ffmpeg >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-testbed-build: $(STAMP)
+testbed-build: $(STAMP) system-deps
 	$(TESTBED) build
 
 testbed-up: $(STAMP)

@@ -84,13 +84,43 @@ def kubectl(cluster: Path) -> Kubectl:
     return Kubectl(cluster)
 
 
+def create_namespace(kubectl: Kubectl, prefix: str, simulated: bool) -> str:
+    """A fresh namespace. `simulated`: its pods go to KWOK's simulated nodes (they never
+    run); otherwise CPU pods run on the test bed's real node."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    annotations = testbed.SIMULATED_NAMESPACE_ANNOTATIONS if simulated else {}
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": name, "annotations": annotations}})  # fmt: skip
+    return name
+
+
 @pytest.fixture
 def namespace(kubectl: Kubectl) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    kubectl("create", "namespace", name)
+    """A fresh namespace per test whose pods are simulated by KWOK, deleted afterwards
+    (without waiting)."""
+    name = create_namespace(kubectl, "t", simulated=True)
     yield name
     kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def real_namespace(kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace per test whose CPU pods run on the real node."""
+    name = create_namespace(kubectl, "r", simulated=False)
+    yield name
+    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def real_node(kubectl: Kubectl) -> str:
+    """The test bed's real node (kubelet + containerd): fails when it is missing, unless
+    the test bed was started without one on purpose (TESTBED_REAL_NODE=0)."""
+    if not testbed.REAL_NODE:
+        pytest.skip("TESTBED_REAL_NODE=0: the test bed runs without its real node")
+    node = kubectl.json("get", "node", testbed.realnode.NODE_NAME)
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True", f"the real node is not Ready: {ready}"
+    return str(node["metadata"]["name"])
 
 
 ROOT = E2E_DIR.parent
@@ -179,10 +209,12 @@ def crd_installed(kubectl: Kubectl) -> None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(
     cluster: Path, crd_installed: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
+    """The operator as a local process, watching every namespace, for one test module
+    (so that it never meets the in-cluster operator of another module)."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     op = OperatorProcess(cluster, log)
     op.start()

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from test_operator import SAMPLES, wait_ready
 
 import testbed
 from conftest import ROOT, Kubectl, OperatorProcess
+from test_operator import SAMPLES, wait_ready
 
 CHART = ROOT / "charts" / "transcription-operator"
 RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"
@@ -144,8 +144,11 @@ def test_install_yaml_is_in_sync_with_the_chart() -> None:
 
 @pytest.fixture(scope="module")
 def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
+    # The operator's pod is simulated here (the tests below run the operator as a local
+    # process with the chart's token); test_realnode.py runs the chart's image for real.
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})  # fmt: skip
+        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+        "annotations": testbed.SIMULATED_NAMESPACE_ANNOTATIONS}})  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
     crd = "crd/transcriptiondeployments.transcription.dev"

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from test_operator import SAMPLES, wait_ready
 
 from conftest import Kubectl, wait_for
+from test_operator import SAMPLES, wait_ready
 from transcription_api.routes import RouteTable
 from transcription_frontend.discovery import EndpointSliceWatcher
 from transcription_frontend.routing import Router

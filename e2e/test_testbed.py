@@ -166,3 +166,72 @@ def test_crd_schema_rejects_invalid_objects_at_admission(kubectl: Kubectl, names
     # A valid object is still accepted afterwards.
     kubectl.run("apply", "-n", namespace, "-f", "-", input=widget(3))
     assert kubectl.json("get", "widget", "w", "-n", namespace)["spec"]["size"] == 3
+
+
+# --------------------------------------------------------------------------- the real node
+
+
+def test_real_node_runs_the_pinned_kubelet_and_containerd(kubectl: Kubectl, real_node: str) -> None:
+    node = kubectl.json("get", "node", real_node)
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == testbed.KUBERNETES.version
+    assert info["kubeProxyVersion"] in ("", testbed.KUBERNETES.version)
+    containerd = testbed.CONTAINERD.version.lstrip("v")
+    assert info["containerRuntimeVersion"] == f"containerd://{containerd}"
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert addresses["InternalIP"] == testbed.realnode.NODE_IP
+    # KWOK leaves it alone: the kubelet holds the node's lease, and it is not tainted.
+    lease = kubectl.json("get", "lease", real_node, "-n", "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == real_node
+    assert not node["spec"].get("taints")
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+
+
+def base_image_pod(name: str, command: list[str]) -> dict[str, Any]:
+    """A pod of the test bed's own base image (no registry is reachable)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": testbed.images.ref(testbed.images.BASE),
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                }
+            ],
+        },
+    }
+
+
+def test_a_pod_really_runs_and_stays_inside_the_test_bed(
+    kubectl: Kubectl, real_node: str, real_namespace: str
+) -> None:
+    """A real container on the real node: its logs, its address on the test bed's bridge,
+    the API server reachable through the `kubernetes` Service, and no route out."""
+    script = (
+        "import socket, ssl, os\n"
+        "for line in open('/proc/net/route').read().splitlines()[1:]: print('route', line)\n"
+        "s = socket.create_connection((os.environ['KUBERNETES_SERVICE_HOST'], int(os.environ['KUBERNETES_SERVICE_PORT'])), timeout=5)\n"
+        "ctx = ssl.create_default_context(cafile='/var/run/secrets/kubernetes.io/serviceaccount/ca.crt')\n"
+        "t = ctx.wrap_socket(s, server_hostname=os.environ['KUBERNETES_SERVICE_HOST'])\n"
+        "print('api server certificate ok', t.version())\n"
+    )
+    kubectl.apply(base_image_pod("probe", ["python3", "-c", script]), real_namespace)
+
+    def done() -> dict[str, Any] | None:
+        p = kubectl.json("get", "pod", "probe", "-n", real_namespace)
+        return p if p["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = wait_for(done, timeout=120, what="the probe pod to finish")
+    logs = kubectl("logs", "probe", "-n", real_namespace)
+    assert pod["status"]["phase"] == "Succeeded", logs
+    assert pod["spec"]["nodeName"] == real_node
+    assert pod["status"]["podIP"].startswith("10.244.")
+    assert "api server certificate ok" in logs
+    # /proc/net/route (interface, destination, gateway, ...): 00000000 is a default route.
+    routes = [line.split()[1:] for line in logs.splitlines() if line.startswith("route ")]
+    assert routes and all(r[1] != "00000000" for r in routes), routes

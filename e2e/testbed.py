@@ -34,6 +34,10 @@ from functools import cached_property
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import images  # noqa: E402
+import realnode  # noqa: E402
+
 TOOLS = HERE / "tools"
 CLUSTER = os.environ.get("TESTBED_NAME", "transcription")
 CACHE = Path(
@@ -54,7 +58,7 @@ class Tool:
     name: str
     module: str  # the module whose version names the cache entry
     binaries: dict[str, str]  # binary name -> package path
-    ldflags: tuple[str, ...] = field(default=())
+    tags: tuple[str, ...] = field(default=())
 
     @cached_property
     def version(self) -> str:
@@ -64,7 +68,8 @@ class Tool:
     def dir(self) -> Path:
         """The cache entry: the pinned version, plus a digest of the build flags so that a
         changed recipe rebuilds."""
-        digest = hashlib.sha256(ldflags(self).encode()).hexdigest()[:8]
+        recipe = ldflags(self) + (f"|tags={','.join(self.tags)}" if self.tags else "")
+        digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
         return CACHE / f"{self.name}-{self.version}-{digest}"
 
     def path(self, binary: str) -> Path:
@@ -111,7 +116,20 @@ KUBERNETES = Tool(
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        # The real node's agents, from the same modules and with the same version flags.
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     },
+)
+CONTAINERD = Tool(
+    "containerd",
+    "github.com/containerd/containerd/v2",
+    {
+        "containerd": "github.com/containerd/containerd/v2/cmd/containerd",
+        "containerd-shim-runc-v2": "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        "ctr": "github.com/containerd/containerd/v2/cmd/ctr",
+    },
+    tags=("no_btrfs", "no_devmapper", "no_zfs"),
 )
 ETCD = Tool("etcd", "go.etcd.io/etcd/server/v3", {"etcd": "go.etcd.io/etcd/server/v3"})
 KWOK = Tool(
@@ -120,7 +138,7 @@ KWOK = Tool(
     {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
 )
 HELM = Tool("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"})
-ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM)
+ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD)
 
 
 def ldflags(tool: Tool) -> str:
@@ -130,6 +148,7 @@ def ldflags(tool: Tool) -> str:
         "etcd": [f"-X go.etcd.io/etcd/api/v3/version.GitSHA={v}"],
         "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
         "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}", *_helm_kube_ldflags()],
+        "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
     }[tool.name]
     return " ".join(["-s", "-w", *extra])
 
@@ -143,23 +162,28 @@ def say(msg: str) -> None:
 
 def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
     """Build every missing binary into the cache; a no-op when all are present."""
-    missing = [t for t in tools if not all(t.path(b).exists() for b in t.binaries)]
+    todo = [
+        (t, names) for t in tools if (names := [b for b in t.binaries if not t.path(b).exists()])
+    ]
     for t in tools:
-        if t not in missing:
+        if all(t.path(b).exists() for b in t.binaries):
             say(f"{t.name} {t.version}: cached in {t.dir}")
-    if missing and not shutil.which("go"):
+    if todo and not shutil.which("go"):
         raise SystemExit("the Go toolchain is needed to build the test bed: install Go >= 1.26")
-    for i, t in enumerate(missing, 1):
+    for i, (t, names) in enumerate(todo, 1):
         say(
-            f"[{i}/{len(missing)}] building {t.name} {t.version} "
-            f"({', '.join(t.binaries)}) from the Go module proxy"
-            + ("; ~11 min on 2 cores, once" if t is KUBERNETES else "")
+            f"[{i}/{len(todo)}] building {t.name} {t.version} ({', '.join(names)}) "
+            "from the Go module proxy"
+            + ("; ~11 min on 2 cores, once" if t is KUBERNETES and len(names) > 2 else "")
         )
         start = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=_mkdir(CACHE)))
         # One package: name the output; several: `go build` names each after its package.
-        out = f"{tmp}/{next(iter(t.binaries))}" if len(t.binaries) == 1 else f"{tmp}/"
-        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t), "-o", out, *t.binaries.values()]
+        out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
+        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
+        if t.tags:
+            cmd += ["-tags", ",".join(t.tags)]
+        cmd += ["-o", out, *(t.binaries[b] for b in names)]
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
         proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
         while proc.poll() is None:
@@ -169,11 +193,13 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         if proc.returncode:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
-        missing_bins = [b for b in t.binaries if not (tmp / b).exists()]
-        if missing_bins:
-            raise SystemExit(f"building {t.name} produced no {', '.join(missing_bins)}")
-        shutil.rmtree(t.dir, ignore_errors=True)
-        tmp.rename(t.dir)
+        not_built = [b for b in names if not (tmp / b).exists()]
+        if not_built:
+            raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
+        _mkdir(t.dir)
+        for b in names:
+            (tmp / b).rename(t.path(b))
+        shutil.rmtree(tmp, ignore_errors=True)
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 
 
@@ -200,6 +226,17 @@ NODES = [
     },
 ]
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+# The simulated CPU node is tainted: pods run on the real node unless their namespace
+# opts into simulation (see SIMULATED_NAMESPACE_ANNOTATIONS).
+SIMULATED_TAINT = {"key": realnode.SIMULATED_TAINT, "value": "true", "effect": "NoSchedule"}
+# A namespace with these annotations gets pods that tolerate the simulated node (the API
+# server's PodTolerationRestriction admission plugin adds the toleration), so suites that
+# only need the control plane's view (hundreds of pods, fake readiness) stay on KWOK.
+SIMULATED_NAMESPACE_ANNOTATIONS = {
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": realnode.SIMULATED_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    )
+}
 
 
 def node_manifest(spec: dict[str, object]) -> dict[str, object]:
@@ -226,7 +263,7 @@ def node_manifest(spec: dict[str, object]) -> dict[str, object]:
         },
         # GPU nodes carry the taint GPU clusters use (GKE, the NVIDIA GPU operator), so
         # workloads must tolerate it, as they must on a real cluster.
-        "spec": {"taints": [GPU_TAINT] if gpus else []},
+        "spec": {"taints": [GPU_TAINT] if gpus else [SIMULATED_TAINT]},
         "status": {
             "allocatable": capacity,
             "capacity": capacity,
@@ -282,7 +319,7 @@ def is_up() -> bool:
 
 
 def up() -> Path:
-    """Start the cluster (idempotent) and return the kubeconfig path."""
+    """Start the cluster and the real node (idempotent); return the kubeconfig path."""
     build()
     if is_up():
         say(f"cluster {CLUSTER!r} already up")
@@ -290,34 +327,147 @@ def up() -> Path:
         if (WORKDIR / "clusters" / CLUSTER).exists():
             say("removing a stopped or broken earlier cluster")
             down()
-        say(f"starting cluster {CLUSTER!r} (kwokctl binary runtime on 127.0.0.1)")
-        start = time.monotonic()
-        binaries = {
-            "kube-apiserver": KUBERNETES,
-            "kube-controller-manager": KUBERNETES,
-            "kube-scheduler": KUBERNETES,
-            "etcd": ETCD,
-        }
-        args = [f"--{name}-binary={tool.path(name)}" for name, tool in binaries.items()]
-        args.append(f"--kwok-controller-binary={KWOK.path('kwok')}")
-        # The API server's default Service range (a /24) runs out at ~250 Services; the
-        # operator benchmark creates hundreds.
-        for component in ("kube-apiserver", "kube-controller-manager"):
-            args += ["--extra-args", f"{component}=service-cluster-ip-range={SERVICE_CIDR}"]
-        proc = _kwokctl(
-            "create", "cluster", "--runtime=binary", f"--kubeconfig={KUBECONFIG}", *args,
-            "--wait=120s", capture=True,
-        )  # fmt: skip
-        if proc.returncode:
-            sys.stderr.write(proc.stdout + proc.stderr)
-            raise SystemExit(
-                f"kwokctl could not start the cluster (exit {proc.returncode}); "
-                f"component logs: {WORKDIR / 'clusters' / CLUSTER / 'logs'}"
-            )
-        say(f"control plane ready in {time.monotonic() - start:.1f}s")
+        start_control_plane()
     register_nodes()
+    if REAL_NODE:
+        start_real_node()
     say(f"kubeconfig: {KUBECONFIG}")
     return KUBECONFIG
+
+
+def pki_dir() -> Path:
+    return WORKDIR / "clusters" / CLUSTER / "pki"
+
+
+def start_control_plane() -> None:
+    say(f"starting cluster {CLUSTER!r} (kwokctl binary runtime on 127.0.0.1)")
+    start = time.monotonic()
+    binaries = {
+        "kube-apiserver": KUBERNETES,
+        "kube-controller-manager": KUBERNETES,
+        "kube-scheduler": KUBERNETES,
+        "etcd": ETCD,
+    }
+    args = [f"--{name}-binary={tool.path(name)}" for name, tool in binaries.items()]
+    args.append(f"--kwok-controller-binary={KWOK.path('kwok')}")
+    extra = {
+        # The default Service range (a /24) runs out at ~250 Services; the operator
+        # benchmark creates hundreds.
+        "kube-apiserver": [
+            f"service-cluster-ip-range={SERVICE_CIDR}",
+            # Pods reach the API server through the `kubernetes` Service, whose endpoint
+            # is this address on the test bed's own interface (forwarded to loopback).
+            f"advertise-address={realnode.API_IP}",
+            # logs, exec and port-forward: the API server calls the real kubelet with the
+            # test bed's admin certificate, at the node's InternalIP (never a DNS name).
+            f"kubelet-client-certificate={pki_dir() / 'admin.crt'}",
+            f"kubelet-client-key={pki_dir() / 'admin.key'}",
+            "kubelet-preferred-address-types=InternalIP",
+            "enable-admission-plugins=PodTolerationRestriction",
+        ],
+        "kube-controller-manager": [f"service-cluster-ip-range={SERVICE_CIDR}"],
+        # KWOK manages only the fake nodes; the real node belongs to its kubelet.
+        "kwok-controller": [
+            "manage-all-nodes=false",
+            "manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        ],
+    }
+    # In the configuration file rather than --extra-args: kwokctl 0.8 mis-indexes repeated
+    # --extra-args once more than one component has them.
+    patches = [
+        {
+            "name": c,
+            "extraArgs": [
+                dict(zip(("key", "value"), v.split("=", 1), strict=True)) for v in values
+            ],
+        }
+        for c, values in extra.items()
+    ]
+    config = _mkdir(CACHE) / f"{CLUSTER}.kwokctl.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokctlConfiguration",
+                "componentsPatches": patches,
+                "options": {
+                    # Every component on loopback only (kwokctl's default is 0.0.0.0).
+                    "bindAddress": "127.0.0.1",
+                    # The names pods use for the API server: the `kubernetes` Service's IP.
+                    "kubeApiserverCertSANs": [realnode.API_IP, service_ip(1)],
+                },
+            }
+        )
+    )
+    proc = _kwokctl(
+        "create", "cluster", "--runtime=binary", f"--kubeconfig={KUBECONFIG}",
+        f"--config={config}", *args, "--wait=120s", capture=True,
+    )  # fmt: skip
+    if proc.returncode:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(
+            f"kwokctl could not start the cluster (exit {proc.returncode}); "
+            f"component logs: {WORKDIR / 'clusters' / CLUSTER / 'logs'}"
+        )
+    say(f"control plane ready in {time.monotonic() - start:.1f}s")
+
+
+def service_ip(n: int) -> str:
+    import ipaddress
+
+    return str(ipaddress.ip_network(SERVICE_CIDR)[n])
+
+
+# The real node: on for the default cluster, off with TESTBED_REAL_NODE=0 (a control-plane-
+# only test bed). One machine has one real node: other clusters (another TESTBED_NAME) run
+# without it unless TESTBED_REAL_NODE=1 and no other cluster has it.
+REAL_NODE = os.environ.get("TESTBED_REAL_NODE", "1" if CLUSTER == "transcription" else "0") != "0"
+
+
+def node() -> realnode.Node:
+    server = json.loads(kubectl("config", "view", "--minify", "-o", "json"))["clusters"][0]
+    port = int(server["cluster"]["server"].rsplit(":", 1)[1])
+    return realnode.Node(
+        cache=CACHE,
+        binaries=lambda name: (KUBERNETES if name.startswith("kube") else CONTAINERD).path(name),
+        kubeconfig=KUBECONFIG,
+        pki=pki_dir(),
+        service_cidr=SERVICE_CIDR,
+        api_port=port,
+        sandbox_image=images.ref(images.PAUSE),
+        cluster=CLUSTER,
+    )
+
+
+def start_real_node() -> None:
+    owner = realnode.owner(CACHE)
+    if owner and owner != CLUSTER:
+        say(f"the real node belongs to cluster {owner!r}; {CLUSTER!r} runs without one")
+        return
+    start = time.monotonic()
+    refs = images.build()
+    n = node()
+    say(f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy)")
+    n.up()
+    for image in images.ALL:  # the base too: tests run throwaway pods from it
+        n.import_image(images.archive(image), refs[image.name])
+    wait_node_ready(realnode.NODE_NAME, timeout=120)
+    say(f"real node ready in {time.monotonic() - start:.1f}s; images: {', '.join(refs.values())}")
+
+
+def wait_node_ready(name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = kubectl("get", "node", name, "-o", "json", check=False)
+        if out:
+            conditions = json.loads(out).get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return
+        time.sleep(1)
+    raise SystemExit(
+        f"the real node {name} did not become Ready within {timeout:.0f}s; "
+        f"logs: {CACHE / 'node' / 'logs'}"
+    )
 
 
 def register_nodes() -> None:
@@ -340,6 +490,8 @@ def register_nodes() -> None:
 
 
 def down() -> None:
+    if realnode.owner(CACHE) in (CLUSTER, ""):
+        realnode.teardown(CACHE, KUBERNETES.path("kube-proxy"))
     if not KWOK.path("kwokctl").exists():
         return
     _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)
@@ -350,8 +502,18 @@ def down() -> None:
 
 def status() -> int:
     for t in ALL_TOOLS:
-        state = "built" if t.dir.exists() else "not built"
+        state = "built" if all(t.path(b).exists() for b in t.binaries) else "not built"
         print(f"{t.name:12} {t.version:10} {state:10} {t.dir}")
+    for image in images.ALL:
+        state = "built" if images.archive(image).exists() else "not built"
+        print(f"{'image':12} {image.name:10} {state:10} {images.ref(image)}")
+    processes = realnode.running(CACHE)
+    owner = realnode.owner(CACHE)
+    print(
+        f"real node {realnode.NODE_NAME}: "
+        + (f"running for cluster {owner!r}" if owner else "down")
+        + "".join(f", {n} {'up' if up else 'DOWN'}" for n, up in processes.items() if owner)
+    )
     if is_up():
         print(f"cluster {CLUSTER!r}: up, kubeconfig {KUBECONFIG}")
         print(kubectl("get", "nodes", "-o", "wide"))
@@ -366,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         build()
+        images.build()
     elif args.command == "up":
         up()
     elif args.command == "down":

@@ -30,6 +30,11 @@ IN_FLIGHT = Gauge(
     "Requests being served by a worker, by pool.",
     ["pool"],
 )
+WORKER_REQUESTS = Counter(
+    "transcription_frontend_worker_requests_total",
+    "Requests sent to each worker endpoint (host:port), by pool: how the load is spread.",
+    ["pool", "worker"],
+)
 RETRIES = Counter(
     "transcription_frontend_retries_total",
     "Requests sent again to another endpoint after one could not be reached or answered 503.",

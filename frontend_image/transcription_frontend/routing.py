@@ -124,6 +124,7 @@ class Router:
         st.in_flight += 1
         st.last_used = time.monotonic()
         metrics.IN_FLIGHT.labels(pool=pool).inc()
+        metrics.WORKER_REQUESTS.labels(pool=pool, worker=url.split("://")[-1]).inc()
 
     def release(self, url: str, pool: str) -> None:
         self._st(url).in_flight -= 1

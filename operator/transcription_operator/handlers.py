@@ -65,6 +65,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
     # Events of one object are batched for 0.1 s, then handed over.
     settings.batching.batch_window = 0.1
+    # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
+    # namespace to match them, which a namespaced operator may not (403 at each start).
+    settings.scanning.disabled = bool(RUNTIME.namespaces)
 
 
 @kopf.on.login()

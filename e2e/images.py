@@ -1,0 +1,265 @@
+"""The project's container images for the test bed, built here by a real image builder.
+
+No registry can be reached from this machine, so everything starts from Debian's packages:
+
+- ``base``: a Debian bookworm root file system made by ``debootstrap`` (Python 3.11 and pip,
+  arranged like the public ``python:*-slim`` images), the ``BASE_IMAGE`` build argument of
+  every project Dockerfile (whose default stays the public image);
+- ``pause``: the pod sandbox image, a static C program (``e2e/images/pause.c``);
+- ``operator``, ``frontend`` and ``worker-cpu`` (Whisper tiny.en baked in): the project's own
+  Dockerfiles, built with Debian's ``buildah`` (vfs storage, chroot isolation).
+
+Each image is cached as a docker archive under ``$TESTBED_CACHE/images``, keyed by a digest
+of its Dockerfile, build arguments, base image and every source file it copies: a changed
+Dockerfile or source file rebuilds it (and gives it a new tag, so pods roll). The real
+node imports the archives into containerd.
+
+    python e2e/images.py build      build what is missing (progress shown)
+    python e2e/images.py list       the image references and whether each is built
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+REGISTRY = "testbed.local/transcription"
+SUITE = "bookworm"
+MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+# What the public python:*-slim images have that a bare debootstrap lacks.
+BASE_SETUP = """\
+set -e
+rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+ln -sf /usr/bin/python3 /usr/local/bin/python
+ln -sf /usr/bin/pip3 /usr/local/bin/pip
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/* /usr/share/doc/* /usr/share/man/*
+"""
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# The source files a project image copies (see the Dockerfiles' COPY lines), less
+# README.md, which only becomes the package's description: editing it rebuilds nothing.
+PROJECT_SOURCES = (
+    "pyproject.toml",
+    "api",
+    "operator",
+    "frontend_image",
+    "worker_image",
+)
+
+
+def cache_dir() -> Path:
+    base = (
+        os.environ.get("TESTBED_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "transcription-operator"
+        / "testbed"
+    )
+    return Path(base) / "images"
+
+
+def say(msg: str) -> None:
+    print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    dockerfile: str = ""  # relative to the repository root; empty for base and pause
+    build_args: dict[str, str] = field(default_factory=dict)
+    sources: tuple[str, ...] = PROJECT_SOURCES
+
+
+BASE = Image("base", sources=())
+PAUSE = Image("pause", "e2e/images/Containerfile.pause", sources=("e2e/images",))
+OPERATOR = Image("operator", "operator/Dockerfile")
+FRONTEND = Image("frontend", "frontend_image/Dockerfile")
+WORKER_CPU = Image("worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"})
+ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU)
+
+
+def _files(paths: tuple[str, ...]) -> list[Path]:
+    """Tracked and untracked (not ignored) files under `paths`, as git sees them."""
+    if not paths:
+        return []
+    out = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "--", *paths],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sorted(ROOT / line for line in out.splitlines() if (ROOT / line).is_file())
+
+
+def _content(f: Path) -> bytes:
+    """What of a file goes into an image. Of pyproject.toml, the tables that shape the
+    installed package: a change to the linters' or the tests' settings rebuilds nothing."""
+    if f.name != "pyproject.toml":
+        return f.read_bytes()
+    data = tomllib.loads(f.read_text())
+    tool = {k: v for k, v in data.get("tool", {}).items() if k == "setuptools"}
+    shaping = {
+        "build-system": data.get("build-system"),
+        "project": data.get("project"),
+        "tool": tool,
+    }
+    return json.dumps(shaping, sort_keys=True).encode()
+
+
+def digest(image: Image) -> str:
+    h = hashlib.sha256()
+    if image is BASE:
+        h.update(json.dumps([SUITE, BASE_PACKAGES, BASE_SETUP]).encode())
+    else:
+        h.update(digest(BASE).encode())
+        h.update(json.dumps(sorted(image.build_args.items())).encode())
+        for f in [ROOT / image.dockerfile, *_files(image.sources)]:
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + _content(f) + b"\0")
+    return h.hexdigest()[:12]
+
+
+def ref(image: Image) -> str:
+    return f"{REGISTRY}/{image.name}:{digest(image)}"
+
+
+def archive(image: Image) -> Path:
+    return cache_dir() / f"{image.name}-{digest(image)}.tar"
+
+
+def refs() -> dict[str, str]:
+    return {i.name: ref(i) for i in ALL}
+
+
+# --------------------------------------------------------------------------- building
+
+
+def buildah(*args: str, capture: bool = False) -> str:
+    store = cache_dir() / "buildah"
+    cmd = [
+        "buildah", "--root", str(store / "root"), "--runroot", str(store / "run"),
+        "--storage-driver", "vfs", *args,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=capture, text=True)
+    if proc.returncode:
+        detail = (proc.stderr or "") if capture else "(see above)"
+        raise SystemExit(f"buildah {args[0]} failed (exit {proc.returncode}): {detail.strip()}")
+    return proc.stdout or ""
+
+
+def _require(*tools: str) -> None:
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing:
+        raise SystemExit(
+            f"building the test bed's images needs {', '.join(missing)}: "
+            "run `make system-deps` (Debian packages buildah, debootstrap, gcc)"
+        )
+
+
+def _build_base(tmp: Path) -> None:
+    _require("debootstrap", "buildah")
+    rootfs = tmp / "rootfs"
+    say(f"    debootstrap {SUITE} (minbase + {', '.join(BASE_PACKAGES)}) from {MIRROR}")
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+         SUITE, str(rootfs), MIRROR],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", BASE_SETUP], check=True)
+    ctr = buildah("from", "scratch", capture=True).strip()
+    try:
+        buildah("copy", "--quiet", ctr, f"{rootfs}/", "/")
+        buildah(
+            "config", "--env", "LANG=C.UTF-8",
+            "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--cmd", "python3", ctr,
+        )  # fmt: skip
+        buildah("commit", "--quiet", "--rm", ctr, ref(BASE))
+    except BaseException:
+        buildah("rm", ctr, capture=True)
+        raise
+
+
+def _build_dockerfile(image: Image, tmp: Path) -> None:
+    _require("buildah")
+    context = ROOT
+    if image is PAUSE:
+        _require("gcc")
+        context = tmp / "context"
+        context.mkdir()
+        subprocess.run(
+            ["gcc", "-static", "-Os", "-s", "-o", str(context / "pause"), str(HERE / "images" / "pause.c")],
+            check=True,
+        )  # fmt: skip
+    args = [f"--build-arg=BASE_IMAGE={ref(BASE)}"]
+    # This machine's trust store, for the RUN steps only (pip behind a TLS-inspecting
+    # proxy); nothing of it stays in the image.
+    if HOST_CA.exists():
+        args.append(f"--volume={HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro")
+    args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
+    buildah(
+        "build", "--isolation=chroot", "--network=host", "--pull=never", "--layers",
+        "-f", str(ROOT / image.dockerfile), *args, "-t", ref(image), str(context),
+    )  # fmt: skip
+
+
+def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
+    """Build every image whose archive is missing; return name -> reference."""
+    todo = [i for i in images if not archive(i).exists()]
+    if BASE not in todo and any(i is not BASE for i in todo) and not _in_store(BASE):
+        todo.insert(0, BASE)  # the archive exists but the builder's store lost it
+    for i in images:
+        if i not in todo:
+            say(f"{i.name}: cached ({ref(i)})")
+    for n, image in enumerate(todo, 1):
+        say(f"[{n}/{len(todo)}] building {ref(image)}")
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(cache_dir())) as t:
+            tmp = Path(t)
+            if image is BASE:
+                _build_base(tmp)
+            else:
+                _build_dockerfile(image, tmp)
+            part = tmp / "image.tar"
+            buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
+            for old in cache_dir().glob(f"{image.name}-*.tar"):
+                old.unlink()
+            part.rename(archive(image))
+        say(f"    {image.name} built in {time.monotonic() - start:.0f}s -> {archive(image)}")
+    return refs()
+
+
+def _in_store(image: Image) -> bool:
+    try:
+        return bool(buildah("images", "-q", ref(image), capture=True).strip())
+    except SystemExit:
+        return False
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["build", "list"])
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        build()
+    for i in ALL:
+        print(f"{i.name:12} {'built' if archive(i).exists() else 'missing':8} {ref(i)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""What the operator deploys, running for real on the test bed's real node.
+
+The chart installs the operator from its image (built here from operator/Dockerfile); it
+runs in the cluster under its ServiceAccount and turns samples/cpu-faster-whisper.yaml into
+worker and frontend pods built from the project's Dockerfiles, in a namespace that enforces
+PodSecurity `restricted`. Real probes make them Ready; the official OpenAI client
+transcribes espeak-ng speech through the frontend's Service (ClusterIP, through kube-proxy,
+and `kubectl port-forward`); the containers are checked against what the operator's pure
+`build()` says they should run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+import images
+import testbed
+from conftest import Kubectl, create_namespace, wait_for
+from test_chart import CHART, helm
+from test_operator import SAMPLES, wait_ready
+from tests.audio import SENTENCES, speak, wer
+from transcription_api.v1alpha1 import TranscriptionDeployment
+from transcription_operator.children import build
+from transcription_operator.config import OperatorConfig
+
+NAME = "whisper-cpu"
+POOL = "cpu"
+RELEASE = "realnode-operator"
+REFS = images.refs()
+# The sample asks for 1 CPU per worker; the real node has 2 cores in all, and this suite
+# scales the pool to 2 replicas next to the frontend and the operator.
+WORKER_CPU = "500m"
+
+
+@dataclass
+class Stack:
+    kubectl: Kubectl
+    namespace: str
+    system_namespace: str
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.kubectl.json(
+            "get", "pods", "-n", self.namespace,
+            "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component={component}",
+        )["items"]  # fmt: skip
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def service_url(self) -> str:
+        svc = self.kubectl.json("get", "service", NAME, "-n", self.namespace)
+        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+
+
+def resource() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(json.dumps(SAMPLES["cpu-faster-whisper"]))
+    doc["spec"]["pools"][0]["resources"]["cpu"] = WORKER_CPU
+    return doc
+
+
+@pytest.fixture(scope="module")
+def stack(kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None) -> Iterator[Stack]:
+    ns = create_namespace(kubectl, "r", simulated=False)
+    system_ns = create_namespace(kubectl, "r-system", simulated=False)
+    for n in (ns, system_ns):
+        kubectl("label", "namespace", n, "pod-security.kubernetes.io/enforce=restricted")
+    operator_repo, operator_tag = REFS["operator"].rsplit(":", 1)
+    helm(
+        "upgrade", "--install", RELEASE, str(CHART), "-n", system_ns, "--wait", "--timeout", "3m",
+        "--set", "crds.install=false",  # the CRD is already there (another release owns it)
+        "--set", f"watchNamespaces={{{ns}}}",
+        "--set", f"image.repository={operator_repo}", "--set", f"image.tag={operator_tag}",
+        "--set", "image.pullPolicy=Never",
+        "--set", f"defaultImages.frontend={REFS['frontend']}",
+        "--set", f"defaultImages.fasterWhisper={REFS['worker-cpu']}",
+        "--set", "defaultImages.pullPolicy=Never",
+        kubeconfig=cluster,
+    )  # fmt: skip
+    kubectl.apply(resource(), ns)
+    try:
+        # Real pods: the worker loads Whisper before its startup probe passes.
+        wait_ready(kubectl, ns, NAME, timeout=300)
+        yield Stack(kubectl, ns, system_ns)
+    finally:
+        kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
+        helm("uninstall", RELEASE, "-n", system_ns, check=False, kubeconfig=cluster)
+        for n in (ns, system_ns):
+            kubectl.run("delete", "namespace", n, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("speech")
+    return {s: speak(s, d) for s in SENTENCES}
+
+
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+def test_operator_runs_in_the_cluster_from_its_image(stack: Stack, real_node: str) -> None:
+    pods = stack.kubectl.json(
+        "get", "pods", "-n", stack.system_namespace, "-l", "app.kubernetes.io/name=transcription-operator"
+    )["items"]  # fmt: skip
+    assert len(pods) == 1
+    pod = pods[0]
+    assert pod["spec"]["nodeName"] == real_node
+    # The chart's ServiceAccount (named after the chart's fullname).
+    assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-transcription-operator"
+    status = pod["status"]["containerStatuses"][0]
+    assert status["ready"] and status["image"].endswith(REFS["operator"].split("/", 1)[1])
+    # It reconciled the sample under its own ServiceAccount: the children carry its field
+    # manager, and the status it wrote says Ready for the current generation.
+    td = stack.kubectl.json("get", "tdeploy", NAME, "-n", stack.namespace)
+    assert td["status"]["observedGeneration"] == td["metadata"]["generation"]
+    logs = stack.kubectl("logs", "-n", stack.system_namespace, pod["metadata"]["name"])
+    assert f"watching {stack.namespace}" in logs
+    assert "forbidden" not in logs.lower()
+
+
+def test_worker_and_frontend_pods_run_on_the_real_node(stack: Stack, real_node: str) -> None:
+    for component in ("worker", "frontend"):
+        pods = stack.pods(component)
+        assert pods, component
+        for pod in pods:
+            assert pod["spec"]["nodeName"] == real_node
+            assert pod["status"]["phase"] == "Running"
+            assert all(c["ready"] for c in pod["status"]["containerStatuses"])
+            # An IP from the test bed's pod network, not a KWOK-invented one.
+            assert pod["status"]["podIP"].startswith("10.244.")
+
+
+def container_spec(stack: Stack, pod: dict[str, Any]) -> dict[str, Any]:
+    """The OCI runtime spec containerd runs the pod's first container with."""
+    cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    info = testbed.node().ctr("containers", "info", cid)
+    assert info is not None
+    spec: dict[str, Any] = json.loads(info)["Spec"]
+    return spec
+
+
+def test_containers_run_exactly_what_the_operator_generated(stack: Stack) -> None:
+    td = TranscriptionDeployment.model_validate(
+        stack.kubectl.json("get", "tdeploy", NAME, "-n", stack.namespace)
+    )
+    cfg = OperatorConfig(images={**OperatorConfig().images, "frontend": REFS["frontend"],
+                                 "faster-whisper": REFS["worker-cpu"]}, pull_policy="Never")  # fmt: skip
+    wanted = {m["metadata"]["name"]: m for m in build(td, cfg)}
+    image_entrypoints = {"worker": ["transcription-worker"], "frontend": ["transcription-frontend"]}
+    for component, name in (("worker", f"{NAME}-{POOL}"), ("frontend", f"{NAME}-frontend")):
+        container = wanted[name]["spec"]["template"]["spec"]["containers"][0]
+        for pod in stack.pods(component):
+            spec = container_spec(stack, pod)
+            # image: what containerd resolved, the reference the operator wrote
+            status = pod["status"]["containerStatuses"][0]
+            assert status["image"].split("/", 1)[1] == container["image"].split("/", 1)[1]
+            # command and arguments: the image's entrypoint + the operator's args
+            args = spec["process"]["args"]
+            assert Path(args[0]).name == image_entrypoints[component][0], args
+            assert args[1:] == container.get("args", []), args
+            # environment: every variable the operator set, with its value
+            env = dict(e.split("=", 1) for e in spec["process"]["env"])
+            for var in container.get("env", []):
+                if "value" in var:
+                    assert env.get(var["name"]) == var["value"], var["name"]
+                else:  # valueFrom: resolved by the kubelet
+                    assert var["name"] in env, var["name"]
+            # volumes: every mount the operator asked for, at its path, read-only where asked
+            mounts = {m["destination"]: m for m in spec["mounts"]}
+            for vm in container.get("volumeMounts", []):
+                assert vm["mountPath"] in mounts, vm
+                if vm.get("readOnly"):
+                    assert "ro" in mounts[vm["mountPath"]]["options"], vm
+    # The route table the frontend reads is the one the operator generated.
+    frontend = stack.pods("frontend")[0]
+    mounted = stack.kubectl("exec", "-n", stack.namespace, frontend["metadata"]["name"], "--",
+                            "cat", "/etc/transcription/routes.json")  # fmt: skip
+    generated = wanted[f"{NAME}-routes"]["data"]["routes.json"]
+    assert json.loads(mounted) == json.loads(generated)
+    # The worker's settings, as the launcher reads them.
+    worker = stack.pods("worker")[0]
+    settings = stack.kubectl("exec", "-n", stack.namespace, worker["metadata"]["name"], "--",
+                             "printenv", "TRANSCRIPTION_WORKER_SETTINGS")  # fmt: skip
+    expected = next(
+        e["value"]
+        for e in wanted[f"{NAME}-{POOL}"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "TRANSCRIPTION_WORKER_SETTINGS"
+    )
+    assert json.loads(settings) == json.loads(expected)
+
+
+# --------------------------------------------------------------------------- transcription
+
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+
+
+def transcribe_all(base_url: str, speech: dict[str, Path]) -> dict[str, float]:
+    """Every sentence in every response format, and streamed; returns the WER of each."""
+    c = client(base_url)
+    rates: dict[str, float] = {}
+    for i, (sentence, wav) in enumerate(speech.items()):
+        fmt = FORMATS[i % len(FORMATS)]
+        with wav.open("rb") as f:
+            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
+        text = out if isinstance(out, str) else out.text
+        if fmt in ("srt", "vtt"):
+            assert "-->" in text, text
+            text = " ".join(
+                line for line in text.splitlines()
+                if line.strip() and "-->" not in line and not line.strip().isdigit() and line != "WEBVTT"
+            )  # fmt: skip
+        rates[f"{fmt}: {sentence}"] = wer(sentence, text)
+    for fmt in FORMATS[len(speech) :]:  # the formats the sentences above did not cover
+        sentence, wav = next(iter(speech.items()))
+        with wav.open("rb") as f:
+            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
+        text = out if isinstance(out, str) else out.text
+        if fmt in ("srt", "vtt"):
+            assert "-->" in text, text
+        rates[f"{fmt}: {sentence}"] = wer(sentence, re.sub(r"(?m)^(\d+|WEBVTT|.*-->.*)$", "", text))
+    sentence, wav = list(speech.items())[-1]
+    with wav.open("rb") as f:
+        events = list(c.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds, kinds
+    rates[f"stream: {sentence}"] = wer(sentence, events[-1].text)
+    return rates
+
+
+def report(path: str, rates: dict[str, float]) -> None:
+    mean = sum(rates.values()) / len(rates)
+    print(f"\n{path}: {len(rates)} transcriptions, mean WER {mean:.1%}")
+    for what, rate in rates.items():
+        print(f"  {rate:6.1%}  {what}")
+    assert max(rates.values()) <= 0.25, rates
+    assert mean <= 0.1, rates
+
+
+def test_openai_client_transcribes_through_the_cluster_ip(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    """Client -> Service ClusterIP (kube-proxy's rules) -> frontend pod -> worker pod."""
+    report("ClusterIP", transcribe_all(stack.service_url(), speech))
+
+
+@pytest.fixture
+def port_forward(stack: Stack) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [stack.kubectl.binary, "--kubeconfig", str(stack.kubectl.kubeconfig), "port-forward",
+         "-n", stack.namespace, f"service/{NAME}", ":80"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert match, (
+            f"kubectl port-forward said {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        )  # type: ignore[union-attr]
+        yield f"http://127.0.0.1:{match.group(1)}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_openai_client_transcribes_through_port_forward(
+    port_forward: str, speech: dict[str, Path]
+) -> None:
+    """Client -> kubectl port-forward (API server -> kubelet -> containerd) -> frontend pod."""
+    report("port-forward", transcribe_all(port_forward, speech))
+
+
+def frontend_metrics(stack: Stack) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pod in stack.pods("frontend"):
+        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("transcription_frontend_worker_requests_total{"):
+                key, _, value = line.rpartition(" ")
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def test_scaling_the_pool_spreads_requests_over_both_pods(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    doc = resource()
+    doc["spec"]["pools"][0]["replicas"] = 2
+    stack.kubectl.apply(doc, stack.namespace)
+    wait_ready(stack.kubectl, stack.namespace, NAME, timeout=300)
+
+    def two_ready() -> list[dict[str, Any]] | None:
+        pods = stack.pods("worker")
+        statuses = [c for p in pods for c in p["status"].get("containerStatuses", [])]
+        return pods if len(pods) == 2 and all(c["ready"] for c in statuses) else None
+
+    pods = wait_for(two_ready, timeout=120, what="two ready worker pods")
+    ips = {p["status"]["podIP"] for p in pods}
+    before = frontend_metrics(stack)
+    url = stack.service_url()
+    sentence, wav = next(iter(speech.items()))
+    audio = wav.read_bytes()
+
+    def one(_: int) -> str:
+        r = httpx.post(f"{url}/v1/audio/transcriptions", timeout=120,
+                       data={"model": "whisper-1"}, files={"file": ("a.wav", audio, "audio/wav")})  # fmt: skip
+        r.raise_for_status()
+        return str(r.json()["text"])
+
+    # Time for the frontend to see the second endpoint in the EndpointSlice.
+    time.sleep(2)
+    with ThreadPoolExecutor(4) as pool:
+        texts = list(pool.map(one, range(8)))
+    assert all(wer(sentence, t) <= 0.25 for t in texts), texts
+    after = frontend_metrics(stack)
+    served = {
+        re.search(r'worker="([\d.]+):\d+"', k).group(1): v - before.get(k, 0.0)  # type: ignore[union-attr]
+        for k, v in after.items()
+    }
+    print(f"\nrequests per worker pod: {served}")
+    assert {ip for ip, n in served.items() if n > 0} == ips, (served, ips)
