@@ -232,10 +232,13 @@ def test_errors_reach_the_openai_client_as_its_exceptions(frontend: Frontend) ->
         )
 
 
-def test_not_multipart_is_refused(frontend: Frontend) -> None:
+def test_not_multipart_is_refused_as_openai_does(frontend: Frontend) -> None:
+    # OpenAI answers a wrong content type with 400 (not 415), which OpenAI clients handle.
     r = httpx.post(f"{frontend.url}/v1/audio/transcriptions", json={"model": "whisper-1"})
-    assert r.status_code == 415
-    assert "multipart/form-data" in error(r)["message"]
+    assert r.status_code == 400
+    e = error(r)
+    assert (e["type"], e["code"]) == ("invalid_request_error", "unsupported_content_type")
+    assert "multipart/form-data" in e["message"] and "application/json" in e["message"]
     r = httpx.post(
         f"{frontend.url}/v1/audio/transcriptions",
         content=b"--x\r\nbroken",
