@@ -128,7 +128,9 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
 
     async def _transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
-        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path))
+        b.seen.append(
+            Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path)
+        )
         if b.status:
             return PlainTextResponse("overloaded", status_code=b.status)
         f = dict(fields)
@@ -216,7 +218,9 @@ def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
 
     async def transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
-        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path))
+        b.seen.append(
+            Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path)
+        )
         if data is None or not data.startswith(AUDIO_MAGIC):
             return replay(TRANSFORMERS, "corrupt_audio")
         if dict(fields).get("stream", "false").lower() in ("true", "1"):

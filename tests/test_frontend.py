@@ -190,13 +190,20 @@ def test_a_worker_failing_mid_stream_reaches_the_client_as_an_error(
     assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["error"]
     err = events[-1]["error"]
     assert err["type"] == "server_error" and err["code"] == "worker_error"
-    assert err["message"].startswith("the vllm worker of pool batch failed to process the request (mid-stream: EngineCore encountered an issue")
+    assert err["message"].startswith(
+        "the vllm worker of pool batch failed to process the request (mid-stream: EngineCore encountered an issue"
+    )
     # The OpenAI SDK raises it, after the deltas that did arrive.
-    stream = frontend.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV), stream=True)
-    got = []
+    stream = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), stream=True
+    )
+    got: list[str] = []
+
+    def consume() -> None:
+        got.extend(event.type for event in stream)
+
     with pytest.raises(openai.APIError, match="failed to process the request"):
-        for event in stream:
-            got.append(event.type)
+        consume()
     assert got == ["transcript.text.delta"] * 2
     assert frontend.metric("transcription_frontend_requests_total", status="502") == errors + 2
     worker[1].fail_stream_after = None
@@ -209,9 +216,14 @@ def test_a_worker_stream_that_breaks_off_is_an_error_too(
     """A stream that stops without vLLM's closing `[DONE]` did not finish."""
     body = recording(VLLM, "stream")[2]
     truncated = body[: body.index("data: [DONE]")]
-    monkeypatch.setattr("tests.standins.recording", lambda d, n: (200, "text/event-stream", truncated) if n == "stream" else recording(d, n))
+    monkeypatch.setattr(
+        "tests.standins.recording",
+        lambda d, n: (200, "text/event-stream", truncated) if n == "stream" else recording(d, n),
+    )
     events = sse_events(frontend.post({"model": "whisper-1", "stream": "true"}))
-    assert events[-1]["type"] == "error" and all(e["type"] != "transcript.text.done" for e in events)
+    assert events[-1]["type"] == "error" and all(
+        e["type"] != "transcript.text.done" for e in events
+    )
     assert "its stream ended before the transcript did" in events[-1]["error"]["message"]
 
 
@@ -609,7 +621,9 @@ def test_transformers_json_and_text_from_its_bare_text_answer(
     assert dict(transformers_worker[1].seen[-1].fields)["response_format"] == "json"
 
 
-def test_transformers_raw_text_stream_becomes_openai_events(transformers_frontend: Frontend) -> None:
+def test_transformers_raw_text_stream_becomes_openai_events(
+    transformers_frontend: Frontend,
+) -> None:
     events = list(transformers_frontend.client.audio.transcriptions.create(
         model="whisper-1", file=("a.wav", WAV), stream=True))  # fmt: skip
     assert events[-1].type == "transcript.text.done"
@@ -638,9 +652,13 @@ def test_transformers_bare_500_becomes_an_error_naming_pool_and_engine(
     assert r.status_code == 502, r.text
     e = error(r)
     assert (e["type"], e["code"]) == ("server_error", "worker_error")
-    assert e["message"].startswith("the transformers worker of pool seq failed to process the request (500: Internal Server Error)")
+    assert e["message"].startswith(
+        "the transformers worker of pool seq failed to process the request (500: Internal Server Error)"
+    )
     assert_still_serving_on(transformers_frontend, TRANSFORMERS_TEXT)
 
 
 def assert_still_serving_on(fe: Frontend, text: str) -> None:
-    assert fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV)).text == text
+    assert (
+        fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV)).text == text
+    )

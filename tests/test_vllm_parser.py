@@ -135,6 +135,8 @@ def test_the_launcher_checks_with_vllms_parser_before_starting(vllm_run: Any) ->
     for (args, message), out in zip(BAD_ENGINE_ARGS, bad, strict=True):
         assert out["code"] == 2, (args, out)
         assert out["stdout"] == ""  # nothing would have been started
-        assert re.search(r"^error: vLLM rejects the arguments \(vllm( serve)?: error: ", out["stderr"]), out["stderr"]
+        assert re.search(
+            r"^error: vLLM rejects the arguments \(vllm( serve)?: error: ", out["stderr"]
+        ), out["stderr"]
         assert message in out["stderr"], out["stderr"]
         assert "check spec.pools[].engineArgs" in out["stderr"]
