@@ -16,14 +16,12 @@ from conftest import ROOT, Kubectl, OperatorProcess, wait_for
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
+from transcription_operator.kinds import CHILDREN
 
 SAMPLES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))}
 GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
 CPU_NODES = {n["name"] for n in testbed.NODES if not n["gpus"]}
-CHILD_KINDS = (
-    "deployments,services,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,"
-    "networkpolicies"
-)
+CHILD_KINDS = ",".join(k.plural for k in CHILDREN)
 QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "60"))
 
 pytestmark = pytest.mark.usefixtures("operator")
