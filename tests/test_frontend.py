@@ -438,7 +438,20 @@ def test_openapi_document_describes_the_form(frontend: Frontend) -> None:
         "multipart/form-data"
     ]
     assert body["schema"]["required"] == ["file"]
-    assert "timestamp_granularities[]" in body["schema"]["properties"]
+    # Derived from the request model the gateway parses with: every field, as clients name it.
+    from transcription_api.openai import TranscriptionRequest
+
+    fields = {f.alias or n for n, f in TranscriptionRequest.model_fields.items()}
+    props = body["schema"]["properties"]
+    assert set(props) == {"file"} | fields and "timestamp_granularities[]" in props
+    assert props["response_format"]["enum"] == ["json", "text", "srt", "vtt", "verbose_json"]
+    assert props["temperature"] == {
+        "type": "number",
+        "minimum": 0.0,
+        "maximum": 1.0,
+        "default": 0.0,
+        "description": "Sampling temperature.",
+    }
 
 
 # --------------------------------------------------------------------------- routing

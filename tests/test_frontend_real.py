@@ -173,3 +173,22 @@ def test_a_worker_failing_after_its_first_segment_reaches_the_client_as_an_error
                     files={"file": ("s.wav", wav.read_bytes())}, timeout=60)  # fmt: skip
     assert r2.status_code == 502
     assert "faster-whisper worker of pool cpu failed" in r2.json()["error"]["message"]
+
+
+def test_worker_and_gateway_answer_each_format_with_the_same_content_type(
+    cpu_worker: Running, cpu_only: openai.OpenAI, speech: tuple[str, Path]
+) -> None:
+    """One renderer, one set of content types: vtt is text/plain from either."""
+    from transcription_api.openai import ResponseFormat
+    from transcription_api.render import CONTENT_TYPES
+
+    _, wav = speech
+    gateway = str(cpu_only.base_url).removesuffix("/v1/")
+    for fmt in ResponseFormat:
+        got = {}
+        for url in (cpu_worker.url, gateway):
+            r = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1", "response_format": fmt.value},
+                           files={"file": ("s.wav", wav.read_bytes())}, timeout=60)  # fmt: skip
+            assert r.status_code == 200, r.text
+            got[url] = r.headers["content-type"]
+        assert set(got.values()) == {CONTENT_TYPES[fmt]}, (fmt, got)

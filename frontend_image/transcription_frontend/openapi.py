@@ -43,7 +43,7 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return {**ref, **{k: v for k, v in schema.items() if k != "$ref"}}
     if "anyOf" in schema:
         options = [o for o in schema["anyOf"] if o.get("type") != "null"]
-        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default", "title")}
         if len(options) == 1:
             return {**_inline(options[0], defs), **rest}
     out = {k: v for k, v in schema.items() if k != "title"}
