@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.types import Receive
@@ -17,11 +17,14 @@ async def _until_disconnected(receive: Receive) -> None:
 
 
 @asynccontextmanager
-async def cancel_on_disconnect(receive: Receive) -> AsyncIterator[None]:
+async def cancel_on_disconnect(
+    receive: Receive, answered: Callable[[], bool] = lambda: False
+) -> AsyncIterator[None]:
     """Cancel the enclosed block if the client disconnects, which then raises APIError(499).
 
     Enter it only once the request body has been read: one watcher task per request
-    listens for the disconnect.
+    listens for the disconnect. Servers report a disconnect once the response is complete
+    too; `answered()` tells that one apart.
     """
     current = asyncio.current_task()
     assert current is not None
@@ -29,7 +32,7 @@ async def cancel_on_disconnect(receive: Receive) -> AsyncIterator[None]:
 
     def on_disconnect(watcher: asyncio.Task[None]) -> None:
         nonlocal gone
-        if not watcher.cancelled():
+        if not watcher.cancelled() and not answered():
             gone = True
             current.cancel()
 

@@ -17,6 +17,7 @@ One `Observation` records the request's metrics once, when it has ended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import closing
 
 from starlette.requests import Request
@@ -44,16 +45,17 @@ async def transcribe(
     gw: Gateway, endpoint: Capability, scope: Scope, receive: Receive, send: Send
 ) -> None:
     obs = Observation(endpoint.value)
-    started = False
+    started = answered = False
 
     async def send_tracked(message: Message) -> None:
-        nonlocal started
+        nonlocal started, answered
         started = started or message["type"] == "http.response.start"
+        answered = message["type"] == "http.response.body" and not message.get("more_body")
         await send(message)
 
     try:
         try:
-            await _pipeline(gw, endpoint, scope, receive, send_tracked, obs)
+            await _pipeline(gw, endpoint, scope, receive, send_tracked, lambda: answered, obs)
         except APIError as e:
             error = e
         except Exception as e:
@@ -69,7 +71,7 @@ async def transcribe(
 
 async def _pipeline(
     gw: Gateway, endpoint: Capability, scope: Scope, receive: Receive, send: Send,
-    obs: Observation,
+    answered: Callable[[], bool], obs: Observation,
 ) -> None:  # fmt: skip
     headers = Request(scope).headers
     gw.keys.check(headers.get("authorization"))
@@ -97,7 +99,7 @@ async def _pipeline(
 
         path = f"/v1/audio/{endpoint.value}"
         async with (
-            cancel_on_disconnect(receive),
+            cancel_on_disconnect(receive, answered),
             gw.forwarder.send(pools, path, fields_for, upload, request_id(scope)) as answer,
         ):
             obs.pool = answer.pool.name
