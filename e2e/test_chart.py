@@ -310,8 +310,8 @@ def test_kubectl_install_path_for_real(
         operator.stop()  # the admin-credentialed one
         scoped = OperatorProcess(sa_kubeconfig(kubectl, tmp_path / "sa.kubeconfig"),
                                  tmp_path / "install-yaml-operator.log")  # fmt: skip
-        scoped.start()
         try:
+            scoped.start()  # inside: an operator that cannot start is stopped all the same
             kubectl.apply(SAMPLES["cpu-faster-whisper"], namespace)
             wait_ready(kubectl, namespace, "whisper-cpu")
             # No RBAC denial ("... is forbidden: User "system:serviceaccount:..." cannot ...");
