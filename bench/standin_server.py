@@ -12,6 +12,9 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--delay", type=float, default=0.0, help="seconds of 'compute' per request")
+    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
     args = p.parse_args()
-    app = vllm_app(["whisper-large-v3", "whisper-1"], Behaviour(delay=args.delay))
+    # verbose_json with segments (as multilingual Whisper answers), for srt/vtt rendering.
+    b = Behaviour(delay=args.delay, chunk_delay=args.chunk_delay, segments=True)
+    app = vllm_app(["whisper-large-v3", "whisper-1"], b)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)

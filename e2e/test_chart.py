@@ -289,11 +289,45 @@ def test_restricted_psa_is_enforced(kubectl: Kubectl, namespace: str) -> None:
     assert out.returncode != 0 and 'violates PodSecurity "restricted:latest"' in out.stderr
 
 
-def test_kubectl_install_path(kubectl: Kubectl, chart: None) -> None:
-    """install.yaml is what the chart renders: applying it over the release changes nothing."""
-    out = kubectl("apply", "--dry-run=server", "-f", str(ROOT / "install.yaml"))
-    assert (
-        "customresourcedefinition.apiextensions.k8s.io/transcriptiondeployments.transcription.dev"
-        in out
-    )
-    assert f"deployment.apps/{RELEASE}" in out
+def test_kubectl_install_path_for_real(
+    kubectl: Kubectl, chart: None, cluster: Path, operator: OperatorProcess, namespace: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """`kubectl apply -f install.yaml`, not a dry run, on a cluster without the release: the
+    operator it installs comes up, and an operator holding exactly its ServiceAccount's
+    permissions reconciles a sample to Ready. (Last in this module: it replaces the release.)"""
+    install = ROOT / "install.yaml"
+    docs = [d for d in yaml.safe_load_all(install.read_text()) if d]
+    helm("uninstall", RELEASE, "-n", SYSTEM_NS, "--wait", kubeconfig=cluster)  # the CRD stays
+    assert kubectl.run("get", "clusterrole", RELEASE, check=False).returncode != 0
+    try:
+        out = kubectl("apply", "-f", str(install))
+        assert len(out.strip().splitlines()) == len(docs), out  # one line per object
+        assert all(
+            ln.endswith((" created", " configured", " unchanged")) for ln in out.splitlines()
+        )
+        kubectl("wait", "--for=condition=Available", f"deployment/{RELEASE}", "-n", SYSTEM_NS,
+                "--timeout=120s")  # fmt: skip
+        assert can_i(kubectl, "patch", "networkpolicies", "-n", namespace)
+        assert not can_i(kubectl, "get", "secrets", "-n", namespace)
+        operator.stop()  # the admin-credentialed one
+        scoped = OperatorProcess(sa_kubeconfig(kubectl, tmp_path / "sa.kubeconfig"),
+                                 tmp_path / "install-yaml-operator.log")  # fmt: skip
+        try:
+            scoped.start()  # inside: an operator that cannot start is stopped all the same
+            kubectl.apply(SAMPLES["cpu-faster-whisper"], namespace)
+            wait_ready(kubectl, namespace, "whisper-cpu")
+            # No RBAC denial ("... is forbidden: User "system:serviceaccount:..." cannot ...");
+            # other suites' namespaces being deleted may refuse writes in their own words.
+            log = (tmp_path / "install-yaml-operator.log").read_text()
+            assert f'forbidden: User "{SA}" cannot' not in log
+        finally:
+            scoped.stop()
+            operator.start()
+    finally:
+        # Remove what install.yaml made, except the CRD (other suites' resources use it).
+        for d in reversed(docs):
+            if d["kind"] not in ("CustomResourceDefinition", "Namespace"):
+                kubectl.run("delete", d["kind"], d["metadata"]["name"], "--ignore-not-found",
+                            *(["-n", d["metadata"]["namespace"]] if d["metadata"].get("namespace") else []),
+                            check=False)  # fmt: skip

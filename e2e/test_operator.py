@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,12 @@ from conftest import ROOT, Kubectl, OperatorProcess, wait_for
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
+from transcription_operator.kinds import CHILDREN
 
 SAMPLES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))}
 GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
 CPU_NODES = {n["name"] for n in testbed.NODES if not n["gpus"]}
-CHILD_KINDS = (
-    "deployments,services,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets,"
-    "networkpolicies"
-)
+CHILD_KINDS = ",".join(k.plural for k in CHILDREN)
 QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "60"))
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -335,12 +334,22 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
     operator.stop()
     first = OperatorProcess(cluster, tmp_path / "killed.log", ["--namespace", namespace])
     first.start()
-    kubectl.apply(SAMPLES["auto-split"], namespace)
-    # Kill it hard as soon as it has created some children, before it is done.
-    wait_for(lambda: children(kubectl, namespace, "whisper-split"), timeout=30, interval=0.05,
-             what="the first children")  # fmt: skip
-    assert first.proc is not None
-    first.proc.kill()
+    # Kill it hard the moment its first child (a ServiceAccount: the first in apply order)
+    # appears on a watch, long before its dozen children are all applied.
+    watch = subprocess.Popen(
+        [kubectl.binary, "--kubeconfig", str(kubectl.kubeconfig), "get", CHILDREN[0].plural,
+         "-n", namespace, "-l", "app.kubernetes.io/instance=whisper-split", "--watch", "-o", "name"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        kubectl.apply(SAMPLES["auto-split"], namespace)
+        assert watch.stdout is not None
+        assert watch.stdout.readline().strip(), "the operator created no child"
+        assert first.proc is not None
+        first.proc.kill()
+    finally:
+        watch.kill()
+        watch.wait()
     first.proc.wait()
     first.log.close()
     first.proc = None
@@ -354,6 +363,9 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(
         # Exactly the desired children, once each: names are deterministic, applies idempotent.
         td = TranscriptionDeployment.model_validate(td_get(kubectl, namespace, "whisper-split"))
         expected = {(m["kind"], m["metadata"]["name"]) for m in build(td, OperatorConfig())}
+        # The kill left a partial state (else this test would show nothing)...
+        assert partial and set(partial) < expected, sorted(partial)
+        # ...which the second operator completed.
         assert set(kids) == expected
         rs = kubectl.json("get", "replicasets", "-n", namespace)["items"]
         assert len(rs) == 3  # one ReplicaSet per Deployment: no template churn

@@ -60,6 +60,7 @@ class Seen:
     file_bytes: int
     file_name: str
     headers: dict[str, str]
+    path: str = ""  # which endpoint: /v1/audio/transcriptions or /v1/audio/translations
 
 
 @dataclass
@@ -67,7 +68,13 @@ class Behaviour:
     delay: float = 0.0  # seconds of "compute" per request
     chunk_delay: float = 0.02  # between stream events
     status: int | None = None  # answer every request with this status (e.g. 503)
-    segments: bool = False  # fill verbose_json segments (multilingual Whisper does)
+    # Fill verbose_json with two invented segments, as multilingual Whisper models do. The
+    # recording (English-only tiny.en) has one empty segment; tests check that the invented
+    # ones have exactly the recorded segment's fields and types.
+    segments: bool = False
+    # End the stream with vLLM's error event after this many chunks (then `[DONE]`, as
+    # vLLM's stream generator does when the engine fails part-way).
+    fail_stream_after: int | None = None
     seen: list[Seen] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -84,6 +91,10 @@ async def _form(request: Request) -> tuple[list[tuple[str, str]], bytes | None, 
             data = await v.read()
             name = v.filename or ""
     return fields, data, name
+
+
+STREAM_ERROR = {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                          "type": "InternalServerError", "param": None, "code": 500}}  # fmt: skip
 
 
 def _segments_body(body: str) -> str:
@@ -117,7 +128,9 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
 
     async def _transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
-        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers)))
+        b.seen.append(
+            Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path)
+        )
         if b.status:
             return PlainTextResponse("overloaded", status_code=b.status)
         f = dict(fields)
@@ -169,7 +182,10 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
         events = [e + "\n\n" for e in body.split("\n\n") if e]
 
         async def gen() -> AsyncIterator[bytes]:
-            for e in events:
+            for i, e in enumerate(events):
+                if i == b.fail_stream_after:
+                    yield f"data: {json.dumps(STREAM_ERROR)}\n\ndata: [DONE]\n\n".encode()
+                    return
                 yield e.replace('"model":"whisper-1"', f'"model":"{model}"').encode()
                 await asyncio.sleep(b.chunk_delay)
 
@@ -202,7 +218,9 @@ def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
 
     async def transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
-        b.seen.append(Seen(fields, len(data or b""), fname, dict(request.headers)))
+        b.seen.append(
+            Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path)
+        )
         if data is None or not data.startswith(AUDIO_MAGIC):
             return replay(TRANSFORMERS, "corrupt_audio")
         if dict(fields).get("stream", "false").lower() in ("true", "1"):

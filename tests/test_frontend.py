@@ -14,7 +14,17 @@ import openai
 import pytest
 
 from tests.audio import tone_wav
-from tests.standins import VLLM, Behaviour, Running, recording, serve, start, vllm_app
+from tests.standins import (
+    TRANSFORMERS,
+    VLLM,
+    Behaviour,
+    Running,
+    recording,
+    serve,
+    start,
+    transformers_app,
+    vllm_app,
+)
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend import routing
@@ -131,9 +141,14 @@ def test_verbose_json_passes_through(frontend: Frontend, worker: tuple[Running, 
     assert r.segments is not None and [s.end for s in r.segments] == [3.2, 6.8]
 
 
-def test_translations_endpoint(frontend: Frontend, worker: tuple[Running, Behaviour]) -> None:
+def test_each_endpoint_reaches_the_same_endpoint_of_the_worker(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
     r = frontend.client.audio.translations.create(model="whisper-1", file=("a.wav", WAV))
     assert r.text == FIXTURE_TEXT
+    assert worker[1].seen[-1].path == "/v1/audio/translations"
+    frontend.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    assert worker[1].seen[-1].path == "/v1/audio/transcriptions"
 
 
 def test_stream_is_translated_to_openai_events_as_they_arrive(
@@ -156,6 +171,60 @@ def test_stream_is_translated_to_openai_events_as_they_arrive(
     assert events[-1][0] - events[0][0] > 0.5
     fields = dict(worker[1].seen[-1].fields)
     assert fields["stream"] == "true" and fields["stream_include_usage"] == "true"
+
+
+def sse_events(r: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+
+
+def test_a_worker_failing_mid_stream_reaches_the_client_as_an_error(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    """vLLM ends a failed stream with an error event (then [DONE]): the client must get an
+    error, never a `transcript.text.done` with the partial text."""
+    worker[1].fail_stream_after = 2
+    errors = frontend.metric("transcription_frontend_requests_total", status="502")
+    r = frontend.post({"model": "whisper-1", "stream": "true"})
+    assert r.status_code == 200  # the stream had begun
+    events = sse_events(r)
+    assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["error"]
+    err = events[-1]["error"]
+    assert err["type"] == "server_error" and err["code"] == "worker_error"
+    assert err["message"].startswith(
+        "the vllm worker of pool batch failed to process the request (mid-stream: EngineCore encountered an issue"
+    )
+    # The OpenAI SDK raises it, after the deltas that did arrive.
+    stream = frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), stream=True
+    )
+    got: list[str] = []
+
+    def consume() -> None:
+        got.extend(event.type for event in stream)
+
+    with pytest.raises(openai.APIError, match="failed to process the request"):
+        consume()
+    assert got == ["transcript.text.delta"] * 2
+    assert frontend.metric("transcription_frontend_requests_total", status="502") == errors + 2
+    worker[1].fail_stream_after = None
+    assert_still_serving(frontend)
+
+
+def test_a_worker_stream_that_breaks_off_is_an_error_too(
+    frontend: Frontend, worker: tuple[Running, Behaviour], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream that stops without vLLM's closing `[DONE]` did not finish."""
+    body = recording(VLLM, "stream")[2]
+    truncated = body[: body.index("data: [DONE]")]
+    monkeypatch.setattr(
+        "tests.standins.recording",
+        lambda d, n: (200, "text/event-stream", truncated) if n == "stream" else recording(d, n),
+    )
+    events = sse_events(frontend.post({"model": "whisper-1", "stream": "true"}))
+    assert events[-1]["type"] == "error" and all(
+        e["type"] != "transcript.text.done" for e in events
+    )
+    assert "its stream ended before the transcript did" in events[-1]["error"]["message"]
 
 
 def test_no_field_is_dropped(frontend: Frontend, worker: tuple[Running, Behaviour]) -> None:
@@ -232,10 +301,13 @@ def test_errors_reach_the_openai_client_as_its_exceptions(frontend: Frontend) ->
         )
 
 
-def test_not_multipart_is_refused(frontend: Frontend) -> None:
+def test_not_multipart_is_refused_as_openai_does(frontend: Frontend) -> None:
+    # OpenAI answers a wrong content type with 400 (not 415), which OpenAI clients handle.
     r = httpx.post(f"{frontend.url}/v1/audio/transcriptions", json={"model": "whisper-1"})
-    assert r.status_code == 415
-    assert "multipart/form-data" in error(r)["message"]
+    assert r.status_code == 400
+    e = error(r)
+    assert (e["type"], e["code"]) == ("invalid_request_error", "unsupported_content_type")
+    assert "multipart/form-data" in e["message"] and "application/json" in e["message"]
     r = httpx.post(
         f"{frontend.url}/v1/audio/transcriptions",
         content=b"--x\r\nbroken",
@@ -366,7 +438,20 @@ def test_openapi_document_describes_the_form(frontend: Frontend) -> None:
         "multipart/form-data"
     ]
     assert body["schema"]["required"] == ["file"]
-    assert "timestamp_granularities[]" in body["schema"]["properties"]
+    # Derived from the request model the gateway parses with: every field, as clients name it.
+    from transcription_api.openai import TranscriptionRequest
+
+    fields = {f.alias or n for n, f in TranscriptionRequest.model_fields.items()}
+    props = body["schema"]["properties"]
+    assert set(props) == {"file"} | fields and "timestamp_granularities[]" in props
+    assert props["response_format"]["enum"] == ["json", "text", "srt", "vtt", "verbose_json"]
+    assert props["temperature"] == {
+        "type": "number",
+        "minimum": 0.0,
+        "maximum": 1.0,
+        "default": 0.0,
+        "description": "Sampling temperature.",
+    }
 
 
 # --------------------------------------------------------------------------- routing
@@ -402,7 +487,7 @@ def test_capability_choice_and_fallback_to_sequential() -> None:
 def test_retry_on_a_dead_endpoint_then_ejection_and_recovery(
     worker: tuple[Running, Behaviour], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(routing, "EJECT_SECONDS", 0.5)
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 2.0)
     dead = "http://127.0.0.1:9"  # nothing listens on the discard port
     table = RouteTable(model=PRIMARY, pools=[pool("batch", [dead, worker[0].url])])
     fe = Frontend(table)
@@ -413,6 +498,7 @@ def test_retry_on_a_dead_endpoint_then_ejection_and_recovery(
         # fails, and the request is retried on the live one.
         for _ in range(routing.EJECT_AFTER):
             assert fe.post({"model": PRIMARY}).status_code == 200
+        assert dead not in fe.router.ready("batch")
         assert (
             fe.metric("transcription_frontend_retries_total", pool="batch")
             >= retries + routing.EJECT_AFTER
@@ -421,8 +507,7 @@ def test_retry_on_a_dead_endpoint_then_ejection_and_recovery(
             fe.metric("transcription_frontend_endpoint_ejections_total", pool="batch")
             == ejections + 1
         )
-        assert dead not in fe.router.ready("batch")
-        time.sleep(0.6)
+        time.sleep(2.1)
         assert dead in fe.router.ready("batch")  # back in rotation after the ejection period
     finally:
         fe.running.stop()
@@ -480,3 +565,113 @@ def test_wrong_method_on_an_audio_endpoint(frontend: Frontend) -> None:
     r = httpx.get(f"{frontend.url}/v1/nothing-here")
     assert r.status_code == 404 and error(r)["type"] == "not_found_error"
     assert_still_serving(frontend)
+
+
+# --------------------------------------------------------------------------- recorded shapes
+
+
+def test_vllms_recorded_verbose_json_goes_through_as_recorded(frontend: Frontend) -> None:
+    """The verbatim recording (English-only tiny.en: one empty segment, null fields), not
+    the stand-in's invented segments."""
+    recorded = json.loads(recording(VLLM, "verbose_json")[2])
+    r = frontend.post({"model": "whisper-1", "response_format": "verbose_json"})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["text"], got["duration"], got["language"]) == ("", 6.81675, "en")
+    # null fields are left out, as OpenAI leaves them out; every other one is as recorded.
+    want = [{k: v for k, v in s.items() if v is not None} for s in recorded["segments"]]
+    assert [{k: v for k, v in s.items() if k in want[0]} for s in got["segments"]] == want
+    srt = frontend.post({"model": "whisper-1", "response_format": "srt"})
+    assert srt.text == "1\n00:00:00,000 --> 00:00:00,000\n\n"
+
+
+def test_the_stand_ins_invented_segments_have_vllms_recorded_shape() -> None:
+    """Segments are invented for multilingual models; they must not drift from vLLM's
+    recorded segment (same fields, same JSON types where the recording has a value)."""
+    from tests.standins import _segments_body
+
+    recorded = json.loads(recording(VLLM, "verbose_json")[2])
+    invented = json.loads(_segments_body(recording(VLLM, "verbose_json")[2]))
+    assert set(invented) == set(recorded)
+    shape = recorded["segments"][0]
+    for seg in invented["segments"]:
+        assert set(seg) == set(shape)
+        for k, v in shape.items():
+            if v is not None:
+                assert type(seg[k]) is type(v) or {type(seg[k]), type(v)} <= {int, float}, k
+
+
+@pytest.fixture
+def transformers_worker() -> Iterator[tuple[Running, Behaviour]]:
+    b = Behaviour()
+    with serve(transformers_app(b)) as running:
+        yield running, b
+
+
+@pytest.fixture
+def transformers_frontend(transformers_worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[
+        pool("seq", [transformers_worker[0].url], engine=Engine.TRANSFORMERS, mode=Mode.SEQUENTIAL)])  # fmt: skip
+    fe = Frontend(table)
+    yield fe
+    fe.running.stop()
+
+
+TRANSFORMERS_TEXT = json.loads(recording(TRANSFORMERS, "json")[2])["text"]
+
+
+def test_transformers_json_and_text_from_its_bare_text_answer(
+    transformers_frontend: Frontend, transformers_worker: tuple[Running, Behaviour]
+) -> None:
+    fe = transformers_frontend
+    r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    assert r.text == TRANSFORMERS_TEXT
+    assert dict(transformers_worker[1].seen[-1].fields)["model"] == PRIMARY
+    text = fe.post({"model": "whisper-1", "response_format": "text"})
+    assert text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert text.text == TRANSFORMERS_TEXT.strip() + "\n"
+    # It renders json only: it is asked for json, whatever the client asked.
+    assert dict(transformers_worker[1].seen[-1].fields)["response_format"] == "json"
+
+
+def test_transformers_raw_text_stream_becomes_openai_events(
+    transformers_frontend: Frontend,
+) -> None:
+    events = list(transformers_frontend.client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", WAV), stream=True))  # fmt: skip
+    assert events[-1].type == "transcript.text.done"
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    assert len(deltas) == 19 and "".join(deltas) == events[-1].text == TRANSFORMERS_TEXT
+
+
+def test_transformers_without_segments_is_refused_with_the_capability(
+    transformers_frontend: Frontend, transformers_worker: tuple[Running, Behaviour]
+) -> None:
+    for fmt in ("srt", "vtt", "verbose_json"):
+        r = transformers_frontend.post({"model": "whisper-1", "response_format": fmt})
+        assert r.status_code == 400
+        assert error(r)["message"].endswith("missing capability segment_timestamps")
+    r = transformers_frontend.post({"model": "whisper-1"}, endpoint="translations")
+    assert r.status_code == 400 and error(r)["message"].endswith("missing capability translations")
+    assert transformers_worker[1].seen == []
+
+
+def test_transformers_bare_500_becomes_an_error_naming_pool_and_engine(
+    transformers_frontend: Frontend,
+) -> None:
+    # An mp3 frame header passes the gateway's sniffing; the engine cannot decode the rest
+    # and answers its bare `500 Internal Server Error` (recorded).
+    r = transformers_frontend.post({"model": "whisper-1"}, file=b"\xff\xfb\x90" + b"\x00" * 64)
+    assert r.status_code == 502, r.text
+    e = error(r)
+    assert (e["type"], e["code"]) == ("server_error", "worker_error")
+    assert e["message"].startswith(
+        "the transformers worker of pool seq failed to process the request (500: Internal Server Error)"
+    )
+    assert_still_serving_on(transformers_frontend, TRANSFORMERS_TEXT)
+
+
+def assert_still_serving_on(fe: Frontend, text: str) -> None:
+    assert (
+        fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV)).text == text
+    )

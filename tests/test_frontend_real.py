@@ -3,9 +3,12 @@ OpenAI client; and the automatic split's routing with real and stand-in engines.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -15,7 +18,7 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
-from transcription_worker.engine import Lane, Transcriber
+from transcription_worker.engine import Job, Lane, Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig
 from transcription_worker.server import create_app as worker_app
@@ -24,11 +27,43 @@ NAMES = ["whisper-tiny.en", "whisper-1"]
 
 
 @pytest.fixture(scope="module")
-def cpu_worker() -> Iterator[Running]:
-    lane = Lane(Transcriber(default_model(), threads=2), max_queue=8)
+def cpu_worker(transcriber: Transcriber) -> Iterator[Running]:
+    lane = Lane(transcriber, max_queue=8)
     running = start(worker_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane))
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module")
+def transcriber() -> Transcriber:
+    return Transcriber(default_model(), threads=2)
+
+
+class FailsAfterFirstSegment:
+    """The real model, whose decoding breaks down after the first segment."""
+
+    def __init__(self, real: Transcriber) -> None:
+        self.real = real
+        self.multilingual = real.multilingual
+
+    def run(self, job: Job) -> Iterator[tuple[str, Any]]:
+        for kind, value in self.real.run(job):
+            yield kind, value
+            if kind == "segment":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+@pytest.fixture(scope="module")
+def failing_gateway(transcriber: Transcriber) -> Iterator[str]:
+    lane = Lane(FailsAfterFirstSegment(transcriber), max_queue=8)  # type: ignore[arg-type]
+    worker = start(worker_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane))
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c", endpoints=[worker.url]),
+    ])  # fmt: skip
+    fe = start(create_app(Gateway(router=Router(table))))
+    yield fe.url
+    fe.stop()
+    worker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +142,53 @@ def test_split_routes_word_timestamps_to_the_sequential_pool(
     words = split.audio.transcriptions.create(model="whisper-1", file=("s.wav", wav.read_bytes()),
                                               response_format="verbose_json", timestamp_granularities=["word"])  # fmt: skip
     assert words.words and wer(sentence, words.text) <= 0.2
+
+
+def test_a_worker_failing_after_its_first_segment_reaches_the_client_as_an_error(
+    failing_gateway: str, speech: tuple[str, Path]
+) -> None:
+    """The first segment was sent as a delta; then the engine failed. The client must see
+    an error -- never a `transcript.text.done` that passes the partial text off as done."""
+    _, wav = speech
+    with httpx.stream("POST", f"{failing_gateway}/v1/audio/transcriptions",
+                      data={"model": "whisper-1", "stream": "true"},
+                      files={"file": ("s.wav", wav.read_bytes())}, timeout=60) as r:  # fmt: skip
+        assert r.status_code == 200
+        events = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: ")]
+    assert [e["type"] for e in events] == ["transcript.text.delta", "error"]
+    assert events[0]["delta"].strip()
+    err = events[-1]["error"]
+    assert (err["type"], err["code"]) == ("server_error", "worker_error")
+    assert err["message"].startswith(
+        "the faster-whisper worker of pool cpu failed to process the request (mid-stream: transcription failed: CUDA error: an illegal memory access"
+    )
+    client = openai.OpenAI(base_url=f"{failing_gateway}/v1", api_key="none", max_retries=0)
+    stream = client.audio.transcriptions.create(
+        model="whisper-1", file=("s.wav", wav.read_bytes()), stream=True
+    )
+    with pytest.raises(openai.APIError, match="illegal memory access"):
+        list(stream)
+    # Without streaming, the same failure is a 502 naming the pool and the engine.
+    r2 = httpx.post(f"{failing_gateway}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                    files={"file": ("s.wav", wav.read_bytes())}, timeout=60)  # fmt: skip
+    assert r2.status_code == 502
+    assert "faster-whisper worker of pool cpu failed" in r2.json()["error"]["message"]
+
+
+def test_worker_and_gateway_answer_each_format_with_the_same_content_type(
+    cpu_worker: Running, cpu_only: openai.OpenAI, speech: tuple[str, Path]
+) -> None:
+    """One renderer, one set of content types: vtt is text/plain from either."""
+    from transcription_api.openai import ResponseFormat
+    from transcription_api.render import CONTENT_TYPES
+
+    _, wav = speech
+    gateway = str(cpu_only.base_url).removesuffix("/v1/")
+    for fmt in ResponseFormat:
+        got = {}
+        for url in (cpu_worker.url, gateway):
+            r = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1", "response_format": fmt.value},
+                           files={"file": ("s.wav", wav.read_bytes())}, timeout=60)  # fmt: skip
+            assert r.status_code == 200, r.text
+            got[url] = r.headers["content-type"]
+        assert set(got.values()) == {CONTENT_TYPES[fmt]}, (fmt, got)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from transcription_api.capabilities import Capability, Engine, Mode
+from transcription_api.capabilities import Capability, Engine, Mode, traffic_needs
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
-from transcription_operator.plan import plan, traffic_needs
+from transcription_operator.plan import plan
 
 
 def spec(**kw: object) -> TranscriptionDeploymentSpec:
@@ -25,7 +25,7 @@ def test_default_pool_is_continuous_for_vllm_and_sequential_for_faster_whisper()
 def test_needs_are_each_endpoint_alone_and_with_each_feature() -> None:
     s = spec(traffic={"endpoints": ["transcriptions", "translations"], "features": ["stream"]})
     T, TR, S = Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS, Capability.STREAM
-    assert traffic_needs(s) == [
+    assert traffic_needs(s.traffic.endpoints, s.traffic.features) == [
         frozenset({T}), frozenset({T, S}), frozenset({TR}), frozenset({TR, S}),
     ]  # fmt: skip
 

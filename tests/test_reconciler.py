@@ -1,8 +1,19 @@
-"""Pure parts of the reconciler: drift detection."""
+"""The reconciler: drift detection, and each decision of one reconcile -- what it applies,
+prunes, reports and retries -- against a recording API client (the real one needs a
+cluster: e2e/test_operator.py runs the same code against the real API server)."""
 
 from __future__ import annotations
 
-from transcription_operator.reconciler import is_subset
+import copy
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_td
+from transcription_operator.config import OperatorConfig
+from transcription_operator.kube import KubeError
+from transcription_operator.names import MANAGED_BY_LABEL
+from transcription_operator.reconciler import Cache, Reconciler, RetryLater, is_subset
 
 
 def test_fields_the_api_server_adds_are_not_drift() -> None:
@@ -26,3 +37,205 @@ def test_scalars_compare_by_value() -> None:
     assert is_subset({"port": 8000}, {"port": 8000.0})
     assert not is_subset({"enabled": True}, {"enabled": 1})
     assert not is_subset({"a": {"b": 1}}, {"a": "x"})
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class RecordingKube:
+    """An API server stand-in: keeps what is applied, adds what a server adds (uid,
+    resourceVersion, defaults), records every write, and fails where told to."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.writes: list[tuple[str, ...]] = []
+        self.refuse: dict[str, KubeError] = {}  # object name -> the error applying it gets
+        self.secrets: set[str] = set()
+        self.secret_error: KubeError | None = None
+        self.status: dict[str, Any] | None = None
+        self.events: list[tuple[str, str]] = []
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        name = manifest["metadata"]["name"]
+        self.writes.append(("apply", manifest["kind"], name))
+        if name in self.refuse:
+            raise self.refuse[name]
+        obj = copy.deepcopy(manifest)
+        obj["metadata"].update(uid=f"uid-{manifest['kind']}-{name}", resourceVersion="1")
+        if manifest["kind"] == "Service":
+            obj["spec"]["clusterIP"] = "10.0.0.1"  # a default the server adds: not drift
+        self.objects[(manifest["kind"], name)] = obj
+        return obj
+
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> bool:
+        self.writes.append(("delete", kind, name, uid or ""))
+        return self.objects.pop((kind, name), None) is not None
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.writes.append(("status", name))
+        self.status = status
+
+    def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        self.writes.append(("event", reason))
+        self.events.append((type_, reason))
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        assert kind == "Secret"
+        if self.secret_error:
+            raise self.secret_error
+        return {"metadata": {"name": name}} if name in self.secrets else None
+
+
+class World:
+    """One resource in the watch cache, the reconciler, and the recording client."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.kube = RecordingKube()
+        self.cache = Cache()
+        self.reconciler = Reconciler(self.kube, self.cache, OperatorConfig())  # type: ignore[arg-type]
+        self.set_spec(spec)
+
+    def set_spec(self, spec: dict[str, Any], generation: int = 3) -> None:
+        body = make_td(spec).model_dump(by_alias=True, exclude_none=True, mode="json")
+        body["metadata"]["generation"] = generation
+        old = self.cache.get("TranscriptionDeployment", "speech", "whisper")
+        if old and old.get("status"):
+            body["status"] = old["status"]
+        self.cache.put(body)
+
+    def reconcile(self) -> Any:
+        self.kube.writes.clear()
+        return self.reconciler.reconcile("speech", "whisper")
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        assert self.kube.status is not None
+        return next(c for c in self.kube.status["conditions"] if c["type"] == type_)
+
+
+SPEC = {"model": {"name": "openai/whisper-large-v3-turbo"},
+        "pools": [{"name": "batch", "replicas": 2}, {"name": "words", "engine": "faster-whisper"}]}  # fmt: skip
+
+
+def applied(writes: list[tuple[str, ...]]) -> list[tuple[str, str]]:
+    return [(w[1], w[2]) for w in writes if w[0] == "apply"]
+
+
+def test_first_reconcile_applies_every_child_once_and_reports() -> None:
+    w = World(SPEC)
+    result = w.reconcile()
+    kinds = [k for k, _ in applied(w.kube.writes)]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Service",
+                     "Service", "Deployment", "Deployment", "Deployment", "PodDisruptionBudget",
+                     "PodDisruptionBudget", "NetworkPolicy"]  # fmt: skip
+    assert w.kube.writes[-1] == ("status", "whisper")
+    assert result.outcome == "applied" and result.writes == 14
+    assert w.condition("Ready")["status"] == "False"  # nothing rolled out yet
+
+
+def test_a_steady_state_reconcile_writes_nothing() -> None:
+    w = World(SPEC)
+    w.reconcile()
+    result = w.reconcile()
+    assert w.kube.writes == []
+    assert (result.outcome, result.writes) == ("unchanged", 0)
+
+
+def test_only_a_drifted_child_is_applied_again() -> None:
+    w = World(SPEC)
+    w.reconcile()
+    live = w.cache.get("Deployment", "speech", "whisper-batch")
+    assert live is not None
+    edited = copy.deepcopy(live)
+    edited["spec"]["replicas"] = 7  # someone scaled it by hand
+    w.cache.put(edited)
+    w.reconcile()
+    assert w.kube.writes == [("apply", "Deployment", "whisper-batch")]
+
+
+def test_a_removed_pool_is_pruned_and_foreign_objects_are_kept() -> None:
+    w = World(SPEC)
+    w.reconcile()
+    # Owned by the resource but not labelled as managed (a user's own object): kept.
+    foreign = copy.deepcopy(w.kube.objects[("ConfigMap", "whisper-routes")])
+    foreign["metadata"].update(name="users-notes", uid="uid-notes")
+    del foreign["metadata"]["labels"][MANAGED_BY_LABEL]
+    w.cache.put(foreign)
+    w.set_spec({**SPEC, "pools": SPEC["pools"][:1]}, generation=4)
+    w.reconcile()
+    deleted = {(w_[1], w_[2], w_[3]) for w_ in w.kube.writes if w_[0] == "delete"}
+    assert deleted == {("Deployment", "whisper-words", "uid-Deployment-whisper-words"),
+                       ("Service", "whisper-words", "uid-Service-whisper-words")}  # fmt: skip
+    assert w.cache.get("Deployment", "speech", "whisper-words") is None
+    assert w.cache.get("ConfigMap", "speech", "users-notes") is not None
+
+
+def test_a_refused_child_degrades_and_waits_for_a_new_spec() -> None:
+    w = World(SPEC)
+    w.kube.refuse["whisper-batch"] = KubeError(
+        422, "Unprocessable Entity", '{"message": "spec.template.spec.affinity: Invalid value"}'
+    )
+    result = w.reconcile()  # no RetryLater: only a spec change can fix it
+    assert ("Deployment", "whisper-words") in applied(w.kube.writes)  # the others still go on
+    degraded = w.condition("Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ApplyFailed"
+    assert "whisper-batch: spec.template.spec.affinity: Invalid value" in degraded["message"]
+    assert ("Warning", "ApplyFailed") in w.kube.events
+    assert result.outcome == "degraded"
+
+
+def test_a_transient_failure_is_reported_then_retried() -> None:
+    w = World(SPEC)
+    w.kube.refuse["whisper"] = KubeError(
+        500, "Internal Server Error", '{"message": "etcdserver: request timed out"}'
+    )
+    with pytest.raises(RetryLater, match="etcdserver: request timed out"):
+        w.reconcile()
+    assert ("status", "whisper") in w.kube.writes  # the user sees it meanwhile
+    del w.kube.refuse["whisper"]
+    w.reconcile()
+    assert applied(w.kube.writes) == [("Service", "whisper")]
+
+
+def test_a_missing_secret_degrades_and_is_looked_for_again() -> None:
+    w = World({**SPEC, "frontend": {"apiKeySecret": {"name": "keys", "key": "k"}}})
+    result = w.reconcile()
+    assert w.condition("Degraded")["reason"] == "SecretNotFound"
+    assert result.requeue_after == 60.0
+    w.kube.secrets.add("keys")
+    result = w.reconcile()
+    assert w.condition("Degraded")["status"] == "False"
+    assert result.requeue_after is None
+    # Not allowed to look (no rbac.secretNames): the pod will say whether it exists.
+    w.kube.secrets.clear()
+    w.kube.secret_error = KubeError(403, "Forbidden", "{}")
+    assert w.reconcile().requeue_after is None
+
+
+def test_an_invalid_spec_applies_nothing_and_says_why() -> None:
+    w = World(SPEC)
+    body = w.cache.get("TranscriptionDeployment", "speech", "whisper")
+    assert body is not None
+    body["spec"]["pools"] = [{"name": "x", "engine": "faster-whisper", "mode": "continuous"}]
+    w.cache.put(body)
+    w.reconcile()
+    assert w.kube.writes == [("status", "whisper"), ("event", "InvalidSpec")]
+    assert w.condition("Ready")["reason"] == "InvalidSpec"
+
+
+def test_a_deleted_resource_is_left_to_garbage_collection() -> None:
+    w = World(SPEC)
+    body = w.cache.get("TranscriptionDeployment", "speech", "whisper")
+    assert body is not None
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert w.reconcile().outcome == "gone"
+    assert w.kube.writes == []
+
+
+def test_the_automatic_split_is_announced_once() -> None:
+    w = World({"model": {"name": "m"}, "traffic": {"features": ["word_timestamps"]}})
+    w.reconcile()
+    assert ("Normal", "SequentialPoolAdded") in w.kube.events
+    assert ("Deployment", "whisper-auto-faster-whisper") in applied(w.kube.writes)
+    w.kube.events.clear()
+    w.reconcile()
+    assert w.kube.events == []

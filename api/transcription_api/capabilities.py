@@ -1,15 +1,20 @@
-"""What each (engine, mode) pair can serve: the one table every component reads.
+"""What each (engine, mode) pair can serve, and what a request needs: the one definition
+every component reads.
 
-The operator uses it to decide whether the declared traffic needs an extra sequential
-pool (the automatic split); the frontend uses it to route each request to a pool that can
-serve it and to name the missing capability in a 400 when none can.
+The operator turns the traffic a resource declares into needs (`traffic_needs`) and adds a
+sequential pool when no pool covers one (the automatic split); the frontend turns each
+request into needs (`request_needs`), routes it to a pool whose set covers them, and names
+the missing capability in a 400 when none can. Upload limits come from here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .openai import Granularity, ResponseFormat
 
 
 class Engine(StrEnum):
@@ -71,6 +76,9 @@ class CapabilitySet(BaseModel):
 
 C = Capability
 VLLM_MAX_UPLOAD = 25 * 1024 * 1024  # vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB default
+# The CPU worker spools uploads to disk and decodes them as a stream: the largest upload
+# the CRD lets a frontend accept (spec.frontend.maxUploadBytes) is the largest it takes.
+MAX_UPLOAD = 4 * 1024**3
 
 _VLLM = frozenset(
     {C.TRANSCRIPTIONS, C.TRANSLATIONS, C.STREAM, C.SEGMENT_TIMESTAMPS, C.LANGUAGE_DETECTION}
@@ -93,6 +101,7 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
     # Our CPU worker: everything, one request at a time.
     (Engine.FASTER_WHISPER, Mode.SEQUENTIAL): CapabilitySet(
         capabilities=frozenset(Capability),
+        max_upload_bytes=MAX_UPLOAD,
         max_concurrency=1,
         native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
     ),
@@ -123,3 +132,42 @@ def supported_modes(engine: Engine) -> list[Mode]:
 
 # Engines the automatic split may add, in order of preference, after the pool's own engine.
 SPLIT_FALLBACK_ENGINES = (Engine.FASTER_WHISPER,)
+
+
+# --------------------------------------------------------------------------- needs
+
+ENDPOINTS = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS)
+SEGMENT_FORMATS = (ResponseFormat.SRT, ResponseFormat.VTT, ResponseFormat.VERBOSE_JSON)
+
+
+def request_needs(
+    endpoint: Capability,
+    *,
+    stream: bool = False,
+    response_format: ResponseFormat = ResponseFormat.JSON,
+    granularities: Iterable[Granularity] = (),
+) -> frozenset[Capability]:
+    """What a (valid) request needs from the pool that serves it."""
+    needs = {endpoint}
+    if stream:
+        needs.add(Capability.STREAM)
+    if response_format in SEGMENT_FORMATS:
+        needs.add(Capability.SEGMENT_TIMESTAMPS)
+    if Granularity.WORD in granularities:
+        needs.add(Capability.WORD_TIMESTAMPS)
+    return frozenset(needs)
+
+
+def traffic_needs(endpoints: Iterable[str], features: Iterable[str]) -> list[frozenset[Capability]]:
+    """Kinds of request declared traffic sends: each endpoint, alone and with each feature."""
+    feats = list(features)
+    needs: list[frozenset[Capability]] = []
+    for endpoint in endpoints:
+        needs.append(frozenset({Capability(endpoint)}))
+        needs.extend(frozenset({Capability(endpoint), Capability(f)}) for f in feats)
+    return needs
+
+
+def covered(pools: Iterable[CapabilitySet], needs: frozenset[Capability]) -> bool:
+    """Whether some pool serves a request with these needs."""
+    return any(p.covers(needs) for p in pools)

@@ -25,18 +25,33 @@ class Granularity(StrEnum):
     SEGMENT = "segment"
 
 
-class TranscriptionParams(BaseModel):
-    """The request options the gateway needs to understand (the rest pass through)."""
+class TranscriptionRequest(BaseModel):
+    """The form fields of `POST /v1/audio/transcriptions` and `/translations` that servers
+    act on (besides `file`); any other field passes through to the engine.
 
-    model_config = ConfigDict(extra="ignore")
+    Parsed from a form by `transcription_api.params.parse_request`; the gateway's OpenAPI
+    document describes the form from this model.
+    """
 
-    model: str | None = None
-    language: str | None = Field(default=None, max_length=16)
-    prompt: str | None = None
-    response_format: ResponseFormat = ResponseFormat.JSON
-    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
-    timestamp_granularities: list[Granularity] = Field(default_factory=list)
-    stream: bool = False
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    model: str | None = Field(default=None, description="Model name or alias.")
+    language: str | None = Field(
+        default=None, max_length=16, description="ISO-639-1 language of the audio, e.g. en."
+    )
+    prompt: str | None = Field(default=None, description="Text to guide the model's style.")
+    response_format: ResponseFormat = Field(
+        default=ResponseFormat.JSON, description="Format of the transcript."
+    )
+    temperature: float = Field(default=0.0, ge=0.0, le=1.0, description="Sampling temperature.")
+    timestamp_granularities: list[Granularity] = Field(
+        default_factory=list,
+        alias="timestamp_granularities[]",
+        description="word and/or segment timestamps; needs response_format=verbose_json.",
+    )
+    stream: bool = Field(
+        default=False, description="Send the transcript as server-sent events (json or text)."
+    )
 
 
 class ErrorDetail(BaseModel):
@@ -49,6 +64,16 @@ class ErrorDetail(BaseModel):
 class ErrorResponse(BaseModel):
     """`{"error": {"message", "type", "param", "code"}}`"""
 
+    error: ErrorDetail
+
+
+class ErrorEvent(BaseModel):
+    """Stream event: the request failed after the stream began (last event; no `done`).
+
+    The OpenAI SDK raises `APIError` for an event whose data has an `error` object.
+    """
+
+    type: Literal["error"] = "error"
     error: ErrorDetail
 
 

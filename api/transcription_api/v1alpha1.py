@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .capabilities import Capability, Engine, Mode, capability_set, supported_modes
+from .capabilities import MAX_UPLOAD, Capability, Engine, Mode, capability_set, supported_modes
 
 GROUP = "transcription.dev"
 VERSION = "v1alpha1"
@@ -293,11 +293,6 @@ class TrafficSpec(_Model):
         max_length=4,
     )
 
-    def needs(self) -> list[frozenset[Capability]]:
-        """One requirement per endpoint: the endpoint and every declared feature."""
-        feats = {Capability(f) for f in self.features}
-        return [frozenset({Capability(e), *feats}) for e in self.endpoints]
-
 
 # --------------------------------------------------------------------------- frontend
 
@@ -326,7 +321,7 @@ class FrontendSpec(_Model):
     max_upload_bytes: int = Field(
         default=26_214_400,
         ge=1024,
-        le=4 * 1024**3,
+        le=MAX_UPLOAD,
         description="Largest upload accepted; larger ones get 413 naming this limit.",
     )
     api_key_secret: SecretKeyRef | None = Field(

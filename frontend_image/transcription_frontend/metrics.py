@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -60,8 +62,22 @@ def _children(model: str, endpoint: str, status: int, pool: str) -> tuple[Any, A
     )
 
 
-def request_done(model: str, endpoint: str, status: int, pool: str, seconds: float) -> None:
-    """Count a finished request (the labelled children are looked up once per label set)."""
-    count, duration = _children(model, endpoint, status, pool)
-    count.inc()
-    duration.observe(seconds)
+@dataclass
+class Observation:
+    """One request, as the metrics see it: filled in along the pipeline, recorded once when
+    the response (a stream included) has ended."""
+
+    endpoint: str
+    model: str = "unknown"  # the primary name, once the model is resolved
+    pool: str = "none"  # until a pool's worker answers
+    status: int = 500
+    started: float = field(default_factory=time.perf_counter)
+
+    def upload(self, size: int) -> None:
+        UPLOAD_BYTES.labels(endpoint=self.endpoint).observe(size)
+
+    def done(self) -> None:
+        # The labelled children are looked up once per label set.
+        count, duration = _children(self.model, self.endpoint, self.status, self.pool)
+        count.inc()
+        duration.observe(time.perf_counter() - self.started)

@@ -34,7 +34,7 @@ class NoPool:
     """Why no pool can serve a request: the capabilities every pool lacks."""
 
     missing: frozenset[Capability]
-    too_large_for: list[str] = field(default_factory=list)
+    too_large_for: list[PoolRoute] = field(default_factory=list)
 
 
 class Router:
@@ -91,7 +91,7 @@ class Router:
             if (limit := p.capability_set.max_upload_bytes) is None or size <= limit
         ]
         if not fitting:
-            return NoPool(missing=frozenset(), too_large_for=[p.name for p in covering])
+            return NoPool(missing=frozenset(), too_large_for=covering)
         return sorted(fitting, key=lambda p: p.mode != Mode.CONTINUOUS)
 
     def ready(self, pool: str) -> list[str]:

@@ -1,8 +1,9 @@
 """Desired state: `build(resource) -> manifests`, a pure function.
 
 Every child carries an owner reference to the resource (so garbage collection removes it
-with the resource) and the `app.kubernetes.io/*` labels; the operator applies the list
-with server-side apply and deletes owned children that are no longer in it.
+with the resource) and the `app.kubernetes.io/*` labels (`names.py`); the operator applies
+the list with server-side apply and deletes owned children that are no longer in it. The
+kinds of child are registered in `kinds.py`.
 """
 
 from __future__ import annotations
@@ -21,79 +22,30 @@ from transcription_api.v1alpha1 import (
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
 
 from .config import OperatorConfig
+from .names import (
+    COMPONENT_LABEL,
+    INSTANCE_LABEL,
+    frontend_name,
+    frontend_service_name,
+    labels,
+    network_policy_name,
+    pool_object_name,
+    routes_name,
+    selector,
+)
 from .plan import Plan, PlannedPool, plan
 
 Manifest = dict[str, Any]
 
-APP = "transcription"
-PART_OF = "transcription-operator"
-POOL_LABEL = "transcription.dev/pool"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
-COMPONENT_LABEL = "app.kubernetes.io/component"
 FRONTEND_PORT = 8080
 ROUTES_MOUNT = "/etc/transcription"
 API_KEYS_MOUNT = "/etc/transcription/api-keys"
-
-# The kinds the operator owns, in the order they are applied. Deletion of stale children
-# walks the same list.
-CHILD_KINDS: list[tuple[str, str]] = [
-    ("v1", "ServiceAccount"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("v1", "ConfigMap"),
-    ("v1", "Service"),
-    ("apps/v1", "Deployment"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("networking.k8s.io/v1", "NetworkPolicy"),
-]
-
-
-# --------------------------------------------------------------------------- naming
-
-
-def pool_object_name(td: TranscriptionDeployment, pool: str) -> str:
-    return f"{td.name}-{pool}"
-
-
-def frontend_name(td: TranscriptionDeployment) -> str:
-    return f"{td.name}-frontend"
-
-
-def routes_name(td: TranscriptionDeployment) -> str:
-    return f"{td.name}-routes"
-
-
-def frontend_service_name(td: TranscriptionDeployment) -> str:
-    """The Service clients use: named after the resource itself."""
-    return td.name
 
 
 def endpoint_url(td: TranscriptionDeployment, cfg: OperatorConfig) -> str:
     svc = td.spec.frontend.service
     port = "" if svc.port == 80 else f":{svc.port}"
     return f"http://{frontend_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}{port}/v1"
-
-
-def labels(td: TranscriptionDeployment, component: str, pool: str | None = None) -> dict[str, str]:
-    out = {
-        "app.kubernetes.io/name": APP,
-        INSTANCE_LABEL: td.name,
-        COMPONENT_LABEL: component,
-        "app.kubernetes.io/part-of": PART_OF,
-        "app.kubernetes.io/managed-by": PART_OF,
-    }
-    if pool:
-        out[POOL_LABEL] = pool
-    return out
-
-
-def selector(
-    td: TranscriptionDeployment, component: str, pool: str | None = None
-) -> dict[str, str]:
-    out = {INSTANCE_LABEL: td.name, COMPONENT_LABEL: component}
-    if pool:
-        out[POOL_LABEL] = pool
-    return out
 
 
 def owner_reference(td: TranscriptionDeployment) -> dict[str, Any]:
@@ -337,7 +289,7 @@ def worker_network_policy(td: TranscriptionDeployment) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(td, f"{td.name}-workers", "worker"),
+        "metadata": _meta(td, network_policy_name(td), "worker"),
         "spec": {
             "podSelector": {"matchLabels": {INSTANCE_LABEL: td.name, COMPONENT_LABEL: "worker"}},
             "policyTypes": ["Ingress"],

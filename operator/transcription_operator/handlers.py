@@ -17,14 +17,15 @@ from typing import Any
 
 import kopf
 
-from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
+from transcription_api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import metrics
-from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF
 from .config import OperatorConfig
-from .kube import KINDS, Kube
+from .kinds import CHILDREN, Kind
+from .kube import Kube
+from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
 from .queue import WorkQueue
-from .reconciler import TD_KIND, Cache, Reconciler
+from .reconciler import Cache, Reconciler
 
 log = logging.getLogger("transcription_operator")
 
@@ -106,10 +107,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
     """List the children once before the first reconcile, so that a (re)started operator
     never mistakes a child it has not yet seen on a watch for a missing one."""
-    selector = f"app.kubernetes.io/managed-by={PART_OF}"
-    for _, kind in CHILD_KINDS:
+    for kind in CHILDREN:
         for ns in namespaces or (None,):
-            for obj in kube.list(kind, ns, selector):
+            for obj in kube.list(kind.kind, ns, MANAGED_SELECTOR):
                 RUNTIME.cache.put_if_absent(obj)
 
 
@@ -139,32 +139,32 @@ def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    obj = _remember(TD_KIND, f"{GROUP}/{VERSION}", event, body)
+    obj = _remember(KIND, API_VERSION, event, body)
     RUNTIME.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
 
-def _register_child(api_version: str, kind: str) -> None:
-    group, _, version = api_version.rpartition("/")
-    plural = KINDS[kind].plural
+def _register_child(kind: Kind) -> None:
+    group, _, version = kind.api_version.rpartition("/")
+    plural = kind.plural
 
     def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj = _remember(kind, api_version, event, body)
+        obj = _remember(kind.kind, kind.api_version, event, body)
         instance = (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
         if instance:
             RUNTIME.queue.add((obj["metadata"]["namespace"], instance))
 
-    child_event.__name__ = f"{kind.lower()}_event"
+    child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(
         group,
         version,
         plural,
-        labels={"app.kubernetes.io/managed-by": PART_OF},
+        labels={MANAGED_BY_LABEL: PART_OF},
         id=f"watch-{plural}",
     )(child_event)
 
 
-for _api_version, _kind in CHILD_KINDS:
-    _register_child(_api_version, _kind)
+for _kind in CHILDREN:
+    _register_child(_kind)
 
 
 async def _worker(index: int) -> None:
@@ -199,5 +199,5 @@ async def _resync() -> None:
     """Reconcile every known resource now and then, as informers resync."""
     while True:
         await asyncio.sleep(RESYNC_SECONDS)
-        for ns, name in RUNTIME.cache.keys(TD_KIND):
+        for ns, name in RUNTIME.cache.keys(KIND):
             RUNTIME.queue.add((ns, name))

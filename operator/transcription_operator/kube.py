@@ -8,55 +8,16 @@ report API requests per reconcile).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from transcription_api.v1alpha1 import GROUP, PLURAL, VERSION
+from transcription_api.v1alpha1 import KIND
 
 from . import metrics
 from .config import FIELD_MANAGER
-
-
-@dataclass(frozen=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-
-    @property
-    def base(self) -> str:
-        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        if namespace is None:  # every namespace (lists only)
-            return f"{self.base}/{self.plural}"
-        p = f"{self.base}/namespaces/{namespace}/{self.plural}"
-        if name:
-            p += f"/{name}"
-        if sub:
-            p += f"/{sub}"
-        return p
-
-
-KINDS = {
-    k.kind: k
-    for k in (
-        Kind("v1", "ServiceAccount", "serviceaccounts"),
-        Kind("v1", "ConfigMap", "configmaps"),
-        Kind("v1", "Service", "services"),
-        Kind("v1", "Secret", "secrets"),
-        Kind("v1", "Event", "events"),
-        Kind("apps/v1", "Deployment", "deployments"),
-        Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-        Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
-        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-        Kind(f"{GROUP}/{VERSION}", "TranscriptionDeployment", PLURAL),
-    )
-}
+from .kinds import KINDS
 
 
 class KubeError(Exception):
@@ -168,7 +129,7 @@ class Kube:
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.request(
             "PATCH",
-            KINDS["TranscriptionDeployment"].path(namespace, name, "status"),
+            KINDS[KIND].path(namespace, name, "status"),
             body={"status": status},
             content_type="application/merge-patch+json",
         )

@@ -18,6 +18,8 @@ from transcription_api.capabilities import (
     Engine,
     Mode,
     capability_set,
+    covered,
+    traffic_needs,
 )
 from transcription_api.v1alpha1 import (
     PoolSpec,
@@ -65,16 +67,9 @@ class Plan:
     def automatic(self) -> list[PlannedPool]:
         return [p for p in self.pools if p.automatic]
 
-
-def traffic_needs(spec: TranscriptionDeploymentSpec) -> list[frozenset[Capability]]:
-    """Kinds of request the resource must serve: each endpoint, alone and with each feature."""
-    needs: list[frozenset[Capability]] = []
-    for endpoint in spec.traffic.endpoints:
-        needs.append(frozenset({Capability(endpoint)}))
-        needs.extend(
-            frozenset({Capability(endpoint), Capability(f)}) for f in spec.traffic.features
-        )
-    return needs
+    def serves(self, needs: frozenset[Capability]) -> bool:
+        """Whether some pool of the plan covers a request with these needs."""
+        return covered((p.capabilities for p in self.pools), needs)
 
 
 def declared_pools(spec: TranscriptionDeploymentSpec) -> list[PlannedPool]:
@@ -99,7 +94,7 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
     uncovered: list[frozenset[Capability]] = []
     split_needs: list[frozenset[Capability]] = []
     taken = {p.name for p in pools}
-    for need in traffic_needs(spec):
+    for need in traffic_needs(spec.traffic.endpoints, spec.traffic.features):
         if any(p.capabilities.covers(need) for p in declared):
             continue
         split_needs.append(need)

@@ -16,17 +16,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from transcription_api.v1alpha1 import KIND as TD_KIND
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 
-from .children import CHILD_KINDS, INSTANCE_LABEL, PART_OF, build
+from .children import build
 from .config import OperatorConfig
+from .kinds import CHILD_KIND_NAMES
 from .kube import Kube, KubeError
+from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, PART_OF
 from .plan import plan
 from .status import Observed, compute_status, invalid_spec_status, status_body
 
 log = logging.getLogger(__name__)
-MANAGED_BY = "app.kubernetes.io/managed-by"
-TD_KIND = "TranscriptionDeployment"
 Key = tuple[str, str, str]  # kind, namespace, name
 
 
@@ -191,12 +192,12 @@ class Reconciler:
 
     def _prune(self, td: TranscriptionDeployment, desired: list[dict[str, Any]]) -> int:
         wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
-        kinds = {k for _, k in CHILD_KINDS}
         deleted = 0
         for child in self.cache.children(td.namespace, td.name, str(td.metadata["uid"])):
             key = (child["kind"], child["metadata"]["name"])
             labels = child["metadata"].get("labels") or {}
-            if key in wanted or child["kind"] not in kinds or labels.get(MANAGED_BY) != PART_OF:
+            managed = child["kind"] in CHILD_KIND_NAMES and labels.get(MANAGED_BY_LABEL) == PART_OF
+            if key in wanted or not managed:
                 continue
             log.info("deleting %s %s/%s: no longer desired", *key[:1], td.namespace, key[1])
             if self.kube.delete(child["kind"], td.namespace, key[1], child["metadata"]["uid"]):

@@ -23,8 +23,9 @@ from transcription_api.v1alpha1 import (
     TranscriptionDeploymentStatus,
 )
 
-from .children import endpoint_url, frontend_name, pool_object_name
+from .children import endpoint_url
 from .config import OperatorConfig
+from .names import frontend_name, pool_object_name
 from .plan import Plan, describe
 
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE

@@ -8,144 +8,91 @@ plain `text`, word timestamps, and 413 for oversize uploads.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.datastructures import UploadFile
 
+from transcription_api import sse
+from transcription_api.capabilities import Engine, Mode, capability_set
+from transcription_api.errors import APIError, bad_request, unavailable
+from transcription_api.multipart import Upload, check_length, parse_upload
 from transcription_api.openai import (
     ChunkChoice,
     ChunkDelta,
     ChunkUsage,
+    DurationUsage,
     ModelCard,
     ModelList,
     ResponseFormat,
     TranscriptionChunk,
+    TranscriptionRequest,
     VerboseTranscription,
     Word,
 )
 from transcription_api.openai import (
     Segment as SegmentModel,
 )
+from transcription_api.params import field as form_field
+from transcription_api.params import flag, parse_request
+from transcription_api.render import render
 
 from . import metrics
 from .engine import AudioError, Job, Lane, Options, QueueFull, Segment, decode
+
+
+def _max_upload() -> int:
+    caps = capability_set(Engine.FASTER_WHISPER, Mode.SEQUENTIAL)
+    assert caps is not None
+    assert caps.max_upload_bytes is not None
+    return caps.max_upload_bytes
 
 
 @dataclass
 class WorkerConfig:
     served_names: list[str]
     model_path: str
-    max_upload_bytes: int = 1024**3
+    max_upload_bytes: int = field(default_factory=_max_upload)  # the capability table's
     max_duration_s: float = 4 * 3600.0
 
 
-class WorkerError(Exception):
-    """An error in vLLM's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(
-        self, status: int, message: str, param: str | None = None, retry_after: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.retry_after = (
-            status,
-            message,
-            param,
-            retry_after,
-        )
-
-    def response(self) -> JSONResponse:
-        kind = {
-            400: "BadRequestError",
-            404: "NotFoundError",
-            413: "RequestEntityTooLarge",
-            503: "ServiceUnavailableError",
-        }.get(self.status, "InternalServerError")
-        headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
-        body = {
-            "error": {
-                "message": self.message,
-                "type": kind,
-                "param": self.param,
-                "code": self.status,
-            }
-        }
-        return JSONResponse(body, status_code=self.status, headers=headers)
+def error_response(e: APIError) -> Response:
+    return Response(e.body(), e.status, e.headers, media_type="application/json")
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1")
+async def read_form(request: Request, cfg: WorkerConfig) -> Upload:
+    """The request's form, the file spooled (the same parser as the gateway's)."""
+    limit = cfg.max_upload_bytes
+    check_length(request.headers.get("content-length"), limit)
+    return await parse_upload(request.stream(), request.headers.get("content-type"), limit)
 
 
-async def read_form(request: Request, cfg: WorkerConfig) -> tuple[dict[str, Any], UploadFile]:
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > cfg.max_upload_bytes + 1024 * 1024:
-        raise WorkerError(413, f"File too large: the limit is {cfg.max_upload_bytes} bytes", "file")
-    try:
-        form = await request.form(max_part_size=1024 * 1024)
-    except Exception as e:
-        raise WorkerError(400, f"could not parse the multipart form: {e}") from e
-    fields: dict[str, Any] = {}
-    upload: UploadFile | None = None
-    for k, v in form.multi_items():
-        if isinstance(v, str):
-            if k.endswith("[]"):
-                fields.setdefault(k[:-2], []).append(v)
-            else:
-                fields[k] = v
-        elif k == "file":
-            upload = v
-    if upload is None:
-        raise WorkerError(400, "the `file` part is missing", "file")
-    if (upload.size or 0) > cfg.max_upload_bytes:
-        raise WorkerError(413, f"File too large: the limit is {cfg.max_upload_bytes} bytes", "file")
-    return fields, upload
-
-
-def parse_options(
-    fields: dict[str, Any], task: str, multilingual: bool
-) -> tuple[Options, ResponseFormat]:
-    try:
-        fmt = ResponseFormat(fields.get("response_format", "json"))
-    except ValueError as e:
-        raise WorkerError(
-            400,
-            "response_format must be one of json, text, srt, vtt, verbose_json",
-            "response_format",
-        ) from e
-    try:
-        temperature = float(fields.get("temperature", 0.0))
-    except ValueError as e:
-        raise WorkerError(400, "temperature must be a number", "temperature") from e
-    if not 0 <= temperature <= 1:
-        raise WorkerError(400, f"temperature must be in [0, 1], got {temperature}", "temperature")
-    language = (fields.get("language") or "").strip().lower() or None
+def options(request: TranscriptionRequest, task: str, multilingual: bool) -> Options:
+    """The engine's options; refuses languages this model does not know."""
+    language = request.language
     if language and not multilingual and language != "en":
-        raise WorkerError(
-            400, f"this model is English-only; language {language!r} is not supported", "language"
+        raise bad_request(
+            f"this model is English-only; language {language!r} is not supported", "language"
         )
     if language:
         from faster_whisper.tokenizer import _LANGUAGE_CODES
 
         if language not in _LANGUAGE_CODES:
-            raise WorkerError(400, f"Unsupported language: {language!r}", "language")
-    granularities = fields.get("timestamp_granularities", [])
-    words = "word" in granularities
+            raise bad_request(f"Unsupported language: {language!r}", "language")
     return Options(
         task=task,
         language=language,
-        prompt=fields.get("prompt") or None,
-        temperature=temperature,
-        words=words,
-    ), fmt
+        prompt=request.prompt or None,
+        temperature=request.temperature,
+        words="word" in request.timestamp_granularities,
+    )
 
 
 def verbose(
@@ -174,6 +121,7 @@ def verbose(
         words=[Word(word=w, start=a, end=b) for s in segments for w, a, b in s.words]
         if words
         else None,
+        usage=DurationUsage(seconds=math.ceil(info["duration"])),
     )
 
 
@@ -191,50 +139,46 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
     async def handle(request: Request, task: str) -> Response:
         t0 = time.perf_counter()
         try:
-            fields, upload = await read_form(request, cfg)
-            model = fields.get("model") or primary
-            if model not in cfg.served_names:
-                raise WorkerError(
-                    404,
-                    f"The model `{model}` does not exist. Valid aliases: "
-                    + ", ".join(cfg.served_names)
-                    + ".",
-                    "model",
-                )
-            options, fmt = parse_options(fields, task, lane.transcriber.multilingual)
-            stream = _flag(fields.get("stream"))
-            if stream and fmt not in (ResponseFormat.JSON, ResponseFormat.TEXT):
-                raise WorkerError(400, f"{fmt.value} format doesn't support streaming", "stream")
-            try:
-                audio = await asyncio.to_thread(decode, upload.file)
-            except AudioError as e:
-                raise WorkerError(400, str(e), "file") from e
-            finally:
-                await upload.close()
+            with closing(await read_form(request, cfg)) as upload:
+                model = form_field(upload.fields, "model") or primary
+                if model not in cfg.served_names:
+                    raise APIError(
+                        404,
+                        f"The model `{model}` does not exist. Valid aliases: "
+                        + ", ".join(cfg.served_names)
+                        + ".",
+                        param="model",
+                    )
+                params = parse_request(upload.fields)
+                opts = options(params, task, lane.transcriber.multilingual)
+                include_usage = flag(form_field(upload.fields, "stream_include_usage"))
+                try:
+                    assert upload.file is not None  # parse_upload guarantees a file
+                    audio = await asyncio.to_thread(decode, upload.file)
+                except AudioError as e:
+                    raise bad_request(str(e), "file", code="invalid_audio") from e
             seconds = audio.shape[0] / 16000
             if seconds > cfg.max_duration_s:
-                raise WorkerError(
-                    400,
+                raise bad_request(
                     f"the audio is {seconds:.0f} s long; the limit is {cfg.max_duration_s:.0f} s",
                     "file",
                 )
-            job = Job(audio=audio, options=options)
+            job = Job(audio=audio, options=opts)
             try:
                 lane.submit(job)
             except QueueFull as e:
                 metrics.REJECTED.inc()
-                raise WorkerError(
-                    503, f"the worker is busy ({e}); retry shortly", retry_after=2
-                ) from e
+                raise unavailable(f"the worker is busy ({e}); retry shortly", 2) from e
             metrics.WAITING.labels(model_name=primary).set(lane.waiting)
-            if stream:
+            if params.stream:
                 return StreamingResponse(
-                    stream_chunks(job, model, _flag(fields.get("stream_include_usage")), t0),
-                    media_type="text/event-stream",
+                    stream_chunks(job, model, include_usage, t0),
+                    media_type=sse.MEDIA_TYPE,
+                    headers=sse.HEADERS,
                 )
-            return await collect(request, job, fmt, t0)
-        except WorkerError as e:
-            return e.response()
+            return await collect(request, job, params.response_format, t0)
+        except APIError as e:
+            return error_response(e)
 
     async def collect(request: Request, job: Job, fmt: ResponseFormat, t0: float) -> Response:
         segments: list[Segment] = []
@@ -254,30 +198,19 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
             elif kind == "segment":
                 segments.append(value)
             elif kind == "error":
-                raise WorkerError(500, f"transcription failed: {value}")
+                raise failed(value)
             else:
                 break
         observe(job, t0)
-        v = verbose(segments, info, job.options.task, job.options.words)
-        if fmt == ResponseFormat.VERBOSE_JSON:
-            return JSONResponse(v.model_dump(exclude_none=True))
-        if fmt == ResponseFormat.SRT:
-            return PlainTextResponse(v.to_srt())
-        if fmt == ResponseFormat.VTT:
-            return PlainTextResponse(v.to_vtt(), media_type="text/vtt")
-        if fmt == ResponseFormat.TEXT:
-            return PlainTextResponse(v.text.strip() + "\n")
-        return JSONResponse(
-            {"text": v.text, "usage": {"type": "duration", "seconds": math.ceil(v.duration)}}
-        )
+        out = render(fmt, verbose(segments, info, job.options.task, job.options.words))
+        return Response(out.body, media_type=out.content_type)
 
     async def stream_chunks(job: Job, model: str, usage: bool, t0: float) -> AsyncIterator[bytes]:
         rid, created = f"transcribe-{uuid.uuid4().hex[:16]}", int(time.time())
         tokens = 0
 
         def chunk(**kw: Any) -> bytes:
-            c = TranscriptionChunk(id=rid, created=created, model=model, **kw)
-            return f"data: {c.model_dump_json(exclude_none=True)}\n\n".encode()
+            return sse.encode(TranscriptionChunk(id=rid, created=created, model=model, **kw))
 
         try:
             while True:
@@ -286,14 +219,7 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                     tokens += len(value.tokens)
                     yield chunk(choices=[ChunkChoice(delta=ChunkDelta(content=value.text))])
                 elif kind == "error":
-                    err = {
-                        "error": {
-                            "message": f"transcription failed: {value}",
-                            "type": "InternalServerError",
-                            "code": 500,
-                        }
-                    }
-                    yield f"data: {json.dumps(err)}\n\n".encode()
+                    yield sse.encode(failed(value).event())
                     break
                 elif kind == "done":
                     yield chunk(
@@ -306,9 +232,12 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                         )
                     observe(job, t0)
                     break
-            yield b"data: [DONE]\n\n"
+            yield sse.DONE
         finally:
             job.cancelled.set()  # a client that left mid-stream stops the job (no-op if done)
+
+    def failed(cause: object) -> APIError:
+        return APIError(500, f"transcription failed: {cause}", code="transcription_failed")
 
     def observe(job: Job, t0: float) -> None:
         metrics.E2E.labels(model_name=primary).observe(time.perf_counter() - t0)

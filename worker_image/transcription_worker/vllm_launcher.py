@@ -11,11 +11,15 @@ checked before a GPU is touched, and replaces itself with vLLM's own OpenAI serv
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import WorkerSettings
@@ -86,22 +90,63 @@ def check_model(s: WorkerSettings) -> None:
                 )
 
 
-def check_with_vllm_parser(args: list[str]) -> None:
-    """Where vLLM is installed (its image), parse the arguments with vLLM's own parser."""
+def vllm_installed() -> bool:
     try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _vllm_cli() -> tuple[Any, dict[str, Any]]:
+    """vLLM's own `vllm` command-line parser with its `serve` subcommand, built the way
+    `vllm`'s entry point builds it (subcommands from `vllm.entrypoints.cli.serve`)."""
+    try:
+        from vllm.entrypoints.cli.serve import cmd_init
 
         try:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
-        except ImportError:
+        except ImportError:  # vLLM < 0.11
             from vllm.utils import FlexibleArgumentParser
-    except ImportError:
-        return
-    parser = make_arg_parser(FlexibleArgumentParser())
+    except ImportError as e:
+        import vllm
+
+        raise LaunchError(
+            f"vLLM {vllm.__version__} is installed but its `vllm serve` parser cannot be "
+            f"loaded ({e}); the launcher does not know this vLLM version"
+        ) from e
+    parser = FlexibleArgumentParser(prog="vllm")
+    subparsers = parser.add_subparsers(required=True, dest="subparser")
+    commands = {}
+    for command in cmd_init():
+        command.subparser_init(subparsers)
+        commands[command.name] = command
+    return parser, commands
+
+
+def check_with_vllm_parser(args: list[str]) -> argparse.Namespace | None:
+    """Parse and validate `vllm serve ...` with vLLM's own parser where vLLM is installed
+    (its image, the tests' pinned environment); None where it is not."""
+    if not vllm_installed():
+        return None
+    parser, commands = _vllm_cli()
+    stderr = io.StringIO()
     try:
-        parser.parse_args(args[2:])  # without "vllm serve"
+        with contextlib.redirect_stderr(stderr):
+            parsed = parser.parse_args(args[1:])  # without "vllm"
+            commands[parsed.subparser].validate(parsed)
     except SystemExit as e:
-        raise LaunchError(f"vLLM rejects the arguments: {shlex.join(args)}") from e
+        lines = [ln for ln in stderr.getvalue().splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"exit status {e.code}"
+        raise LaunchError(
+            f"vLLM rejects the arguments ({why}); check spec.pools[].engineArgs: "
+            + shlex.join(args)
+        ) from e
+    except (ValueError, TypeError) as e:  # validate() raises these
+        raise LaunchError(f"vLLM rejects the arguments ({e}): {shlex.join(args)}") from e
+    assert isinstance(parsed, argparse.Namespace)
+    return parsed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,9 @@
 The request body is fed chunk by chunk into python-multipart's push parser. Form fields
 (small) are kept in order; the file part goes into a spooled temporary file (memory up to
 1 MiB, then disk), so no upload is ever held whole in memory, and none is re-encoded: the
-worker gets the same bytes. The size limit is checked on every chunk, so an oversize
-upload is refused as soon as it crosses the limit.
+gateway forwards the same bytes. The size limit is checked on every chunk, so an oversize
+upload is refused as soon as it crosses the limit. The gateway and the CPU worker both
+read their forms here (python-multipart comes with their extras).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .errors import APIError, bad_request, too_large
 
+# Room for the multipart framing and form fields around the file, when comparing a
+# request's Content-Length with the file size limit before reading it.
+FORM_OVERHEAD = 256 * 1024
 SPOOL_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs more
 MAX_FIELDS = 64
@@ -60,12 +64,11 @@ class _Part:
 def boundary_of(content_type: str | None) -> bytes:
     ctype, params = parse_options_header(content_type or "")
     if ctype != b"multipart/form-data":
-        raise APIError(
-            415 if ctype else 400,
+        # OpenAI's answer to a wrong content type: 400, not 415.
+        raise bad_request(
             "the request must be multipart/form-data with a `file` part "
-            f"(got {ctype.decode() or 'no content type'})",
-            param="file",
-            code="invalid_content_type",
+            f"(got {ctype.decode('latin-1') or 'no content type'})",
+            code="unsupported_content_type",
         )
     boundary = params.get(b"boundary")
     if not boundary:
@@ -73,10 +76,16 @@ def boundary_of(content_type: str | None) -> bytes:
     return boundary
 
 
+def check_length(content_length: str | None, limit: int) -> None:
+    """Refuse a body whose declared length cannot fit the limit, before reading it."""
+    if content_length and content_length.isdigit() and int(content_length) > limit + FORM_OVERHEAD:
+        raise too_large(limit)
+
+
 async def parse_upload(
     stream: AsyncIterator[bytes], content_type: str | None, limit: int
 ) -> Upload:
-    """Parse a multipart body from `stream`; raise APIError (400/413/415) on bad input."""
+    """Parse a multipart body from `stream`; raise APIError (400/413) on bad input."""
     upload = Upload()
     part: _Part | None = None
     header_field = bytearray()

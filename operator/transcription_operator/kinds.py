@@ -1,0 +1,82 @@
+"""The kinds the operator touches, in one registry: what it owns (its children, in apply
+order), reads and writes, and so the RBAC rules it needs.
+
+The REST client (`kube.py`), the watches (`handlers.py`), pruning (`reconciler.py`) and
+the Helm chart's RBAC (checked against `rbac_rules()` by a test) all read this list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transcription_api.v1alpha1 import API_VERSION, KIND, PLURAL
+
+ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
+READ = ("get", "list", "watch")
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    verbs: tuple[str, ...] = ALL_VERBS  # what the operator may do with it
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def base(self) -> str:
+        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        if namespace is None:  # every namespace (lists only)
+            return f"{self.base}/{self.plural}"
+        p = f"{self.base}/namespaces/{namespace}/{self.plural}"
+        if name:
+            p += f"/{name}"
+        if sub:
+            p += f"/{sub}"
+        return p
+
+
+# Owned by a TranscriptionDeployment, applied in this order; stale ones are deleted.
+CHILDREN: tuple[Kind, ...] = (
+    Kind("v1", "ServiceAccount", "serviceaccounts"),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    Kind("v1", "ConfigMap", "configmaps"),
+    Kind("v1", "Service", "services"),
+    Kind("apps/v1", "Deployment", "deployments"),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+)
+RESOURCE = Kind(API_VERSION, KIND, PLURAL, READ)
+SECRET = Kind("v1", "Secret", "secrets", ("get",))  # existence checks, by name only
+EVENT = Kind("v1", "Event", "events", ("create", "patch"))
+
+KINDS: dict[str, Kind] = {k.kind: k for k in (*CHILDREN, RESOURCE, SECRET, EVENT)}
+CHILD_KIND_NAMES = frozenset(k.kind for k in CHILDREN)
+
+
+def rbac_rules(secret_names: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rules the operator's ClusterRole (or each namespace's Role) must grant: its
+    children, its resource and the status subresource, Events (through either Events API)
+    and, only by name, the Secrets that resources reference. The rules of the Roles the
+    operator creates come on top (RBAC lets it grant only what it holds)."""
+
+    def rule(groups: list[str], resource: str, verbs: tuple[str, ...]) -> dict[str, Any]:
+        return {"apiGroups": groups, "resources": [resource], "verbs": list(verbs)}
+
+    rules = [
+        rule([RESOURCE.group], RESOURCE.plural, RESOURCE.verbs),
+        rule([RESOURCE.group], f"{RESOURCE.plural}/status", ("get", "patch", "update")),
+        *(rule([k.group], k.plural, k.verbs) for k in CHILDREN),
+    ]
+    if secret_names:
+        rules.append(rule([SECRET.group], SECRET.plural, SECRET.verbs))
+        rules[-1]["resourceNames"] = list(secret_names)
+    rules.append(rule([EVENT.group, "events.k8s.io"], EVENT.plural, EVENT.verbs))
+    return rules
