@@ -207,7 +207,7 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
         args.append(f"--volume={HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro")
     args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
     buildah(
-        "build", "--isolation=chroot", "--network=host", "--pull=never", "--layers",
+        "build", "--isolation=chroot", "--network=host", "--pull=never",
         "-f", str(ROOT / image.dockerfile), *args, "-t", ref(image), str(context),
     )  # fmt: skip
 
@@ -216,7 +216,8 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     """Build every image whose archive is missing; return name -> reference."""
     todo = [i for i in images if not archive(i).exists()]
     if BASE not in todo and any(i is not BASE for i in todo) and not _in_store(BASE):
-        todo.insert(0, BASE)  # the archive exists but the builder's store lost it
+        # The builder's store lost the base (it is the FROM of the others): load its archive.
+        buildah("pull", "--quiet", f"docker-archive:{archive(BASE)}", capture=True)
     for i in images:
         if i not in todo:
             say(f"{i.name}: cached ({ref(i)})")
@@ -231,6 +232,9 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 _build_dockerfile(image, tmp)
             part = tmp / "image.tar"
             buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
+            if image is not BASE:  # the archive is the cache; the builder keeps only FROM
+                buildah("rmi", "--force", ref(image), capture=True)
+                buildah("rmi", "--prune", capture=True)
             for old in cache_dir().glob(f"{image.name}-*.tar"):
                 old.unlink()
             part.rename(archive(image))

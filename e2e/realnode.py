@@ -29,6 +29,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,10 @@ RUNC = shutil.which("runc") or "/usr/sbin/runc"
 SOCKET = RUN / "containerd" / "containerd.sock"
 PROCESSES = ("apiserver-proxy", "containerd", "kubelet", "kube-proxy")
 SIMULATED_TAINT = "testbed.transcription.dev/simulated"
+
+
+def say(msg: str) -> None:
+    print(f"[testbed] {msg}", file=sys.stderr, flush=True)
 
 
 def sh(*args: str, check: bool = True, input: str | None = None) -> str:
@@ -212,11 +217,12 @@ state = "{state}"
             time.sleep(0.5)
         raise SystemExit(f"containerd did not start; see {self.logs / 'containerd.log'}")
 
-    def ctr(self, *args: str, check: bool = True) -> str | None:
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60) -> str | None:
         proc = subprocess.run(
             [str(self.bin("ctr")), "--address", str(self.socket), "-n", "k8s.io", *args],
             capture_output=True,
             text=True,
+            timeout=timeout,
         )
         if proc.returncode:
             if check:
@@ -229,9 +235,17 @@ state = "{state}"
         return {line.strip() for line in out.splitlines() if line.strip()}
 
     def import_image(self, archive: Path, ref: str) -> None:
-        if ref in self.images():
+        """Import `ref` unless present, dropping earlier builds of the same image (the
+        content store then frees their layers)."""
+        present = self.images()
+        repository = ref.rsplit(":", 1)[0]
+        for old in present:
+            if old != ref and old.rsplit(":", 1)[0] == repository:
+                self.ctr("images", "rm", old, check=False)
+        if ref in present:
             return
-        self.ctr("images", "import", "--no-unpack=false", str(archive))
+        say(f"importing {ref} into containerd")
+        self.ctr("images", "import", str(archive), timeout=900)
         if ref not in self.images():
             raise SystemExit(f"importing {archive} did not yield {ref}")
 

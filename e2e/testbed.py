@@ -229,13 +229,15 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 # The simulated CPU node is tainted: pods run on the real node unless their namespace
 # opts into simulation (see SIMULATED_NAMESPACE_ANNOTATIONS).
 SIMULATED_TAINT = {"key": realnode.SIMULATED_TAINT, "value": "true", "effect": "NoSchedule"}
-# A namespace with these annotations gets pods that tolerate the simulated node (the API
-# server's PodTolerationRestriction admission plugin adds the toleration), so suites that
-# only need the control plane's view (hundreds of pods, fake readiness) stay on KWOK.
+# A namespace with these annotations gets pods that run on KWOK's nodes only: the API
+# server's admission plugins add a node selector (PodNodeSelector) and the toleration of
+# the simulated CPU node (PodTolerationRestriction). Suites that only need the control
+# plane's view (hundreds of pods, fake readiness) use them.
 SIMULATED_NAMESPACE_ANNOTATIONS = {
+    "scheduler.alpha.kubernetes.io/node-selector": "type=kwok",
     "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
         [{"key": realnode.SIMULATED_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
-    )
+    ),
 }
 
 
@@ -363,7 +365,7 @@ def start_control_plane() -> None:
             f"kubelet-client-certificate={pki_dir() / 'admin.crt'}",
             f"kubelet-client-key={pki_dir() / 'admin.key'}",
             "kubelet-preferred-address-types=InternalIP",
-            "enable-admission-plugins=PodTolerationRestriction",
+            "enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         ],
         "kube-controller-manager": [f"service-cluster-ip-range={SERVICE_CIDR}"],
         # KWOK manages only the fake nodes; the real node belongs to its kubelet.
