@@ -95,6 +95,7 @@ install.yaml: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/python -m transcription_api.crd --write
 	$(BIN)/python -m transcription_api.reference --write
+	$(BIN)/python -m transcription_api.findings --write
 
 clean: testbed-down
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache

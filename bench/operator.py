@@ -1,6 +1,13 @@
 """Operator benchmark on the test bed: create N resources (N = 1, 50, 200) at once and
 measure the time until all are Ready, the API requests per reconcile, and the operator's
-CPU time and peak memory."""
+CPU time and peak memory.
+
+Then a quiet window: nothing changes but what the cluster itself does (the scheduler
+retrying pods it cannot place, the kubelet's status and Events). The operator reads pods
+and their Events from its watch cache, never per pod, so its API request rate in that
+window stays at zero whatever N is -- also for resources that are *not* Ready: the second
+scenario gives each resource a pool no node can hold (Unschedulable, which status reports
+with the scheduler's message) and measures the same window."""
 
 from __future__ import annotations
 
@@ -15,9 +22,13 @@ sys.path.insert(0, str(ROOT / "e2e"))
 import testbed
 
 METRICS, HEALTH = 18760, 18761
+QUIET_SECONDS = 30.0
 
 
-def resource(i: int) -> dict[str, Any]:
+def resource(i: int, unschedulable: bool = False) -> dict[str, Any]:
+    pool: dict[str, Any] = {"name": "cpu", "replicas": 1}
+    if unschedulable:  # more GPUs than any test bed node has (6 divides tiny's 6 heads)
+        pool = {"name": "huge", "engine": "vllm", "replicas": 1, "resources": {"gpus": 6}}
     return {
         "apiVersion": "transcription.dev/v1alpha1",
         "kind": "TranscriptionDeployment",
@@ -30,7 +41,7 @@ def resource(i: int) -> dict[str, Any]:
                 "path": "/models/tiny",
             },
             "engine": "faster-whisper",
-            "pools": [{"name": "cpu", "replicas": 1}],
+            "pools": [pool],
             "frontend": {"replicas": 1, "resources": {}},
         },
     }
@@ -53,36 +64,57 @@ def total(m: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in m.items() if k.startswith(prefix))
 
 
-def ready_count(ns: str) -> int:
+def ready_count(ns: str, reason: str = "Ready") -> int:
+    """Resources whose Ready condition (for the current generation) has this reason."""
     items = json.loads(testbed.kubectl("get", "tdeploy", "-n", ns, "-o", "json"))["items"]
     n = 0
     for td in items:
         st = td.get("status") or {}
         if st.get("observedGeneration") == td["metadata"]["generation"] and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions", [])
+            c["type"] == "Ready" and c["reason"] == reason for c in st.get("conditions", [])
         ):
             n += 1
     return n
 
 
-def measure(op: Proc, n: int) -> dict[str, Any]:
-    ns = f"bench-{n}"
+def quiet(op: Proc) -> dict[str, float]:
+    """API requests and reconciles while nobody changes anything."""
+    before = metrics(METRICS)
+    time.sleep(QUIET_SECONDS)
+    after = metrics(METRICS)
+
+    def delta(prefix: str) -> float:
+        return total(after, prefix) - total(before, prefix)
+
+    return {
+        "quiet_api_requests_per_s": delta("transcription_operator_api_requests_total")
+        / QUIET_SECONDS,
+        "quiet_reconciles_per_s": delta("transcription_operator_reconciles_total") / QUIET_SECONDS,
+        "pods_watched": after.get('transcription_operator_managed_resources{kind="Pod"}', 0.0),
+        "events_watched": after.get('transcription_operator_managed_resources{kind="Event"}', 0.0),
+    }
+
+
+def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
+    ns = f"bench-{n}" + ("-unschedulable" if unschedulable else "")
+    want = "Unschedulable" if unschedulable else "Ready"
     # Simulated pods (KWOK): hundreds of them, which the real node could not run.
     testbed.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": ns, "annotations": testbed.SIMULATED_NAMESPACE_ANNOTATIONS}}))  # fmt: skip
     before, cpu0 = metrics(METRICS), op.cpu_seconds()
     op.reset_peak()
     start = time.monotonic()
-    items = {"apiVersion": "v1", "kind": "List", "items": [resource(i) for i in range(n)]}
+    items = {"apiVersion": "v1", "kind": "List",
+             "items": [resource(i, unschedulable) for i in range(n)]}  # fmt: skip
     testbed.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(items))
     ready, last = 0, -1
     while ready < n:
         if time.monotonic() - start > 900:
-            raise SystemExit(f"only {ready}/{n} Ready after 15 minutes")
+            raise SystemExit(f"only {ready}/{n} {want} after 15 minutes")
         time.sleep(0.5)
-        ready = ready_count(ns)
+        ready = ready_count(ns, want)
         if ready != last:
-            say(f"    N={n}: {ready}/{n} Ready after {time.monotonic() - start:.1f}s")
+            say(f"    N={n}: {ready}/{n} {want} after {time.monotonic() - start:.1f}s")
             last = ready
     elapsed = time.monotonic() - start
     time.sleep(2)  # let the last status writes land
@@ -95,7 +127,10 @@ def measure(op: Proc, n: int) -> dict[str, Any]:
     )
     writes = requests - (after.get('transcription_operator_api_requests_total{verb="GET"}', 0)
                          - before.get('transcription_operator_api_requests_total{verb="GET"}', 0))  # fmt: skip
+    say(f"    N={n}: quiet window of {QUIET_SECONDS:.0f}s")
+    calm = quiet(op)
     result = {
+        "scenario": want,
         "resources": n,
         "seconds_to_all_ready": elapsed,
         "reconciles": reconciles,
@@ -104,8 +139,10 @@ def measure(op: Proc, n: int) -> dict[str, Any]:
         "api_writes_per_resource": writes / n,
         "operator_cpu_seconds": op.cpu_seconds() - cpu0,
         "operator_peak_rss_mib": op.peak_kib() / 1024,
+        **calm,
     }
-    testbed.kubectl("delete", "namespace", ns, "--wait=false")
+    # Gone before the next scenario: its teardown must not fall into that quiet window.
+    testbed.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=600s")
     return result
 
 
@@ -131,14 +168,19 @@ def run(quick: bool = False) -> dict[str, Any]:
         for n in sizes:
             say(f"creating {n} TranscriptionDeployments")
             rows.append(measure(op, n))
+        for n in sizes[:2]:
+            say(f"creating {n} TranscriptionDeployments whose pool no node can hold")
+            rows.append(measure(op, n, unschedulable=True))
     finally:
         op.stop()
         if not was_up:
             testbed.down()
     table("Operator on the test bed (each resource: 1 worker + 1 frontend pod, 10 children)",
-          ["N", "s to all Ready", "reconciles", "API req/reconcile", "writes/resource", "CPU s", "peak RSS MiB"],
-          [[r["resources"], r["seconds_to_all_ready"], r["reconciles"], r["api_requests_per_reconcile"],
-            r["api_writes_per_resource"], r["operator_cpu_seconds"], r["operator_peak_rss_mib"]] for r in rows])  # fmt: skip
+          ["scenario", "N", "s to status", "reconciles", "API req/reconcile", "writes/resource", "CPU s",
+           "peak RSS MiB", "pods watched", "quiet reconciles/s", "quiet API req/s"],
+          [[r["scenario"], r["resources"], r["seconds_to_all_ready"], r["reconciles"], r["api_requests_per_reconcile"],
+            r["api_writes_per_resource"], r["operator_cpu_seconds"], r["operator_peak_rss_mib"], r["pods_watched"],
+            r["quiet_reconciles_per_s"], r["quiet_api_requests_per_s"]] for r in rows])  # fmt: skip
     result = {"runs": rows}
     write("operator", result)
     return result

@@ -161,7 +161,11 @@ class OperatorProcess:
             except OSError:
                 return False
 
-        wait_for(healthy, timeout=60, what="the operator's liveness endpoint")
+        try:
+            wait_for(healthy, timeout=60, what="the operator's liveness endpoint")
+        except AssertionError:
+            self.stop()  # never leave a second operator behind to act on later tests
+            raise
 
     def stop(self) -> None:
         if self.proc is None:

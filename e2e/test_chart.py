@@ -59,11 +59,18 @@ def test_default_render_is_cluster_wide_with_least_privilege() -> None:
     docs = render()
     assert {d["kind"] for d in docs} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     rules = find(docs, "ClusterRole", RELEASE)[0]["rules"]
     resources = {r for rule in rules for r in rule["resources"]}
-    assert "secrets" not in resources and "nodes" not in resources and "pods" not in resources
+    assert "secrets" not in resources and "nodes" not in resources
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in rules)
+    # Pods are read (status says why they are not ready), never written.
+    assert {v for rule in rules if "pods" in rule["resources"] for v in rule["verbs"]} == {
+        "get",
+        "list",
+        "watch",
+    }
     dep = find(docs, "Deployment")[0]
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert dep["spec"]["strategy"]["type"] == "Recreate"
@@ -100,6 +107,21 @@ def test_watch_namespaces_render_roles_only_there() -> None:
     ]
     args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=speech" in args and "--namespace=asr" in args
+
+
+def test_the_admission_policy_only_warns_and_can_be_turned_off() -> None:
+    from transcription_api.findings import POLICY_NAME
+
+    docs = render()
+    [vap] = find(docs, "ValidatingAdmissionPolicy")
+    [binding] = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert vap["metadata"]["name"] == binding["spec"]["policyName"] == POLICY_NAME
+    assert binding["spec"]["validationActions"] == ["Warn"]
+    assert vap["metadata"]["labels"]["helm.sh/chart"].startswith("transcription-operator-")
+    docs = render("admissionPolicy.enabled=false")
+    assert not find(docs, "ValidatingAdmissionPolicy") and not find(
+        docs, "ValidatingAdmissionPolicyBinding"
+    )
 
 
 def test_optional_service_monitor_and_dashboard() -> None:
@@ -226,6 +248,10 @@ def test_cluster_wide_rbac_denies_what_it_was_not_given(kubectl: Kubectl, chart:
     assert not can_i(kubectl, "list", "secrets", "-A")
     assert not can_i(kubectl, "get", "nodes")
     assert not can_i(kubectl, "create", "pods", "-n", "default")
+    assert not can_i(kubectl, "delete", "pods", "-n", "default")
+    assert can_i(kubectl, "watch", "pods", "-n", "anywhere")  # status reads them
+    assert can_i(kubectl, "watch", "events", "-n", "anywhere")
+    assert not can_i(kubectl, "delete", "events", "-n", "anywhere")
     assert not can_i(kubectl, "delete", "namespaces")
     assert not can_i(kubectl, "create", "clusterroles")
 

@@ -108,14 +108,12 @@ def test_printer_columns_show_readiness(kubectl: Kubectl, namespace: str) -> Non
     wait_ready(kubectl, namespace, "whisper")
     out = kubectl("get", "tdeploy", "-n", namespace)
     header, row = out.splitlines()[:2]
-    assert header.split() == ["NAME", "READY", "ENGINE", "POOLS", "ENDPOINT", "AGE"]
-    assert row.split()[:5] == [
-        "whisper",
-        "True",
-        "vllm",
-        "1/1",
-        f"http://whisper.{namespace}.svc.cluster.local/v1",
-    ]
+    assert header.split() == ["NAME", "READY", "REASON", "ENGINE", "POOLS", "REPLICAS", "AGE"]
+    assert row.split()[:6] == ["whisper", "True", "Ready", "vllm", "1/1", "2/2"]
+    header, row = kubectl("get", "tdeploy", "-n", namespace, "-o", "wide").splitlines()[:2]
+    assert header.split()[-4:] == ["MODEL", "ENDPOINT", "AGE", "MESSAGE"]
+    assert f"http://whisper.{namespace}.svc.cluster.local/v1" in row.split()
+    assert row.endswith("1 pool(s) and the frontend are ready")
 
 
 def test_auto_split_adds_a_pool_with_condition_and_event(kubectl: Kubectl, namespace: str) -> None:

@@ -59,7 +59,7 @@ def test_crd_has_names_printer_columns_and_status_subresource() -> None:
     version = doc["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "Engine", "Model", "Pools", "Endpoint", "Reason", "Age",
+        "Ready", "Reason", "Engine", "Pools", "Replicas", "Model", "Endpoint", "Age", "Message",
     ]  # fmt: skip
 
 
@@ -113,6 +113,29 @@ INVALID_SPECS = [
         {"model": {"name": "m"}, "pools": [{"name": "frontend"}]},
         "pool names frontend, routes are reserved",
     ),
+    (
+        {"model": {"name": "m"}, "pools": [{"name": "a", "engineArgs": ["--port=9000"]}]},
+        "engineArgs must not set --port: the operator sets it (workers listen on 8000); the port "
+        "clients use is spec.frontend.service.port",
+    ),
+    (
+        {
+            "model": {"name": "m"},
+            "pools": [{"name": "a", "engineArgs": ["--tensor-parallel-size", "2"]}],
+        },
+        "engineArgs must not set --tensor-parallel-size: it is derived from spec.pools[].resources.gpus",
+    ),
+    (  # vLLM reads underscores as dashes
+        {"model": {"name": "m"}, "pools": [{"name": "a", "engineArgs": ["--max_num_seqs=4"]}]},
+        "engineArgs must not set --max-num-seqs: it is derived from spec.pools[].mode (sequential sets 1)",
+    ),
+    (
+        {
+            "model": {"name": "m"},
+            "pools": [{"name": "a", "engineArgs": ["--enforce-eager", "--served-model-name=x"]}],
+        },
+        "engineArgs must not set --served-model-name: it is derived from spec.model.name and spec.model.aliases",
+    ),
 ]
 
 
@@ -122,7 +145,28 @@ def test_python_validator_matches_cel_messages(spec: dict[str, Any], message: st
         TranscriptionDeploymentSpec.model_validate(spec)
     assert message in str(exc.value)
     # Each message is also a CEL rule's message in the CRD.
-    assert message in crd.render()
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = [r for _, node in walk(schema) for r in node.get("x-kubernetes-validations", [])]
+    assert message in {r["message"] for r in rules}
+
+
+def test_engine_args_that_only_look_like_managed_flags_are_accepted() -> None:
+    spec = TranscriptionDeploymentSpec.model_validate(
+        {"model": {"name": "m"}, "pools": [{"name": "a", "engineArgs": [
+            "--max-model-len=448", "--portable", "--dtype=half_precision", "--port-range=1"]}]}
+    )  # fmt: skip
+    assert len(spec.pools[0].engine_args) == 4
+
+
+def test_every_managed_flag_has_a_cel_rule() -> None:
+    from transcription_api.worker import MANAGED_FLAGS, managed_flag_message
+
+    pool = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["pools"]["items"]
+    messages = {r["message"] for r in pool["x-kubernetes-validations"]}
+    assert {managed_flag_message(f) for f in MANAGED_FLAGS} <= messages
+    assert pool["properties"]["engineArgs"]["maxItems"] == 64  # bounds keep CEL's cost low
 
 
 def test_unknown_fields_are_rejected() -> None:

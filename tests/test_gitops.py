@@ -77,6 +77,14 @@ SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
             ),
             "Degraded",
         ),
+        # Every pool at 0 replicas serves nothing: not green (NoCapacity).
+        (
+            body(
+                {**SPEC, "pools": [{"name": "default", "replicas": 0}]},
+                [dep("whisper-default", 0, 0), dep("whisper-frontend", 1, 1)],
+            ),
+            "Degraded",
+        ),
     ],
 )
 def test_argocd_health_check(obj: dict[str, Any], expected: str) -> None:

@@ -102,3 +102,31 @@ def test_split_disabled_leaves_the_need_uncovered() -> None:
 def test_automatic_pool_name_avoids_declared_names() -> None:
     s = spec(engine="transformers", pools=[{"name": "auto-transformers"}])
     assert [x.name for x in plan(s).automatic] == ["auto-transformers-x"]
+
+
+def test_the_added_pool_requests_no_more_gpus_than_its_engine_uses() -> None:
+    """faster-whisper runs on one device: a 4-GPU tensor-parallel vLLM pool does not make
+    its word-timestamp pool hold four."""
+    big = {"gpus": 4, "cpu": "16", "memory": "64Gi", "gpuResourceName": "nvidia.com/mig-3g.40gb"}
+    s = spec(traffic={"features": ["word_timestamps"]}, pools=[{"name": "tp", "resources": big}])
+    auto = plan(s).automatic[0]
+    assert auto.engine == Engine.FASTER_WHISPER
+    r = auto.spec.resources
+    assert (r.gpus, r.cpu, r.memory, r.gpu_resource_name) == (
+        1,
+        "16",
+        "64Gi",
+        "nvidia.com/mig-3g.40gb",
+    )
+    # A CPU pool stays on CPUs, and autoSplit.resources wins over the default.
+    assert (
+        plan(spec(traffic={"features": ["word_timestamps"]})).automatic[0].spec.resources.gpus == 0
+    )
+    s = spec(traffic={"features": ["word_timestamps"]}, pools=[{"name": "tp", "resources": big}],
+             autoSplit={"resources": {"cpu": "2"}})  # fmt: skip
+    assert plan(s).automatic[0].spec.resources.model_dump(exclude_defaults=True) == {"cpu": "2"}
+
+
+def test_a_split_of_the_same_engine_keeps_the_gpus_it_needs() -> None:
+    s = spec(engine="transformers", pools=[{"name": "chat", "resources": {"gpus": 1}}])
+    assert plan(s).automatic[0].spec.resources.gpus == 1

@@ -239,3 +239,55 @@ def test_the_automatic_split_is_announced_once() -> None:
     w.kube.events.clear()
     w.reconcile()
     assert w.kube.events == []
+
+
+def test_pods_and_their_events_are_indexed_by_resource() -> None:
+    import json
+    from pathlib import Path
+
+    from transcription_operator.reconciler import Pods
+
+    doc = json.loads(
+        (Path(__file__).parent / "fixtures" / "pods" / "startup-probe.json").read_text()
+    )
+    pod, events = doc["pod"], doc["events"]
+    pods = Pods()
+    other = {**events[0], "involvedObject": {"kind": "Pod", "uid": "someone-else"}}
+    assert pods.put_event(other) is None  # another pod's Event is not kept
+    assert pods.put(pod) == ("speech", "whisper")
+    assert pods.put_event(events[0]) == ("speech", "whisper")
+    [kept] = pods.of("speech", "whisper")
+    # Only what status reads is kept: no env, no volumes, no managedFields.
+    assert "env" not in kept["spec"]["containers"][0]
+    assert kept["spec"]["containers"][0]["startupProbe"]["failureThreshold"] == 180
+    [event] = pods.events([kept])[pod["metadata"]["uid"]]
+    assert (event["reason"], event["message"], event["count"]) == (
+        "Unhealthy", events[0]["message"], 41,
+    )  # fmt: skip
+    assert "uid" not in event["metadata"] and "apiVersion" not in event
+    assert pods.counts() == (1, 1)
+    assert pods.put_event(events[0], deleted=True) == ("speech", "whisper")
+    assert pods.counts() == (1, 0)
+    pods.put_event(events[0])
+    assert pods.drop(pod) == ("speech", "whisper")  # its Events go with it
+    assert pods.of("speech", "whisper") == [] and pods.counts() == (0, 0)
+    unlabelled = {**pod, "metadata": {**pod["metadata"], "labels": {}}}
+    assert pods.put(unlabelled) is None
+
+
+def test_the_cache_never_goes_back_to_an_older_version() -> None:
+    from transcription_operator.reconciler import Cache
+
+    cache = Cache()
+
+    def obj(rv: str, uid: str = "u1", status: str = "") -> dict[str, object]:
+        meta = {"namespace": "ns", "name": "a", "uid": uid, "resourceVersion": rv}
+        return {"kind": "TranscriptionDeployment", "metadata": meta, "status": status}
+
+    cache.put(obj("120", status="written by us"))
+    cache.put(obj("119", status="a late watch event"))  # older: ignored
+    assert cache.get("TranscriptionDeployment", "ns", "a")["status"] == "written by us"
+    cache.put(obj("121", status="newer"))
+    assert cache.get("TranscriptionDeployment", "ns", "a")["status"] == "newer"
+    cache.put(obj("5", uid="u2", status="recreated"))  # another object of that name: taken
+    assert cache.get("TranscriptionDeployment", "ns", "a")["status"] == "recreated"

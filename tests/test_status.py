@@ -73,7 +73,7 @@ def test_nothing_ready_yet(vllm_td: TranscriptionDeployment) -> None:
     assert st.endpoint == "http://whisper.speech.svc.cluster.local/v1"
     assert st.models == ["openai/whisper-large-v3-turbo", "whisper-1"]
     msg = next(c.message for c in st.conditions if c.type == "Ready")
-    assert msg == "waiting for pool batch 0/2 ready, frontend 0/2 ready"
+    assert msg == "waiting for pool batch 0/2 ready; frontend 0/2 ready"
 
 
 def test_ready_when_every_pool_and_the_frontend_are_rolled_out(
@@ -133,7 +133,10 @@ def test_split_is_reported() -> None:
     st = run(td, [])
     assert conditions(st)["AutoSplit"] == ("True", "SequentialPoolAdded")
     msg = next(c.message for c in st.conditions if c.type == "AutoSplit")
-    assert msg == "added pool auto-transformers (transformers, sequential) for transcriptions"
+    assert msg == (
+        "added pool auto-transformers (transformers, sequential) for transcriptions: "
+        "1 replica, each requesting no GPU, CPU or memory"
+    )
     auto = st.pools[1]
     assert auto.automatic
     assert auto.reason == "added for traffic needing transcriptions"
@@ -182,3 +185,333 @@ def test_invalid_spec_status_is_stable_across_reconciles() -> None:
         "Stalled": ("True", "InvalidSpec"),
     }
     assert first["observedGeneration"] == 2
+
+
+# --------------------------------------------------------------------------- not ready: why
+
+import copy  # noqa: E402
+import itertools  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from transcription_operator.status import status_events  # noqa: E402
+
+PODS = Path(__file__).parent / "fixtures" / "pods"
+NOW = "2026-11-30T10:07:30Z"
+
+
+def pods_of(case: str, pool: str, n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """n copies of a fixture pod in `pool`, and their Events by pod UID."""
+    doc = json.loads((PODS / f"{case}.json").read_text())
+    pods, events = [], {}
+    for i in range(n):
+        pod = copy.deepcopy(doc["pod"])
+        pod["metadata"]["name"] = f"whisper-{pool}-5f7b9d8c6-{i:05d}"
+        pod["metadata"]["uid"] = f"{pool}-{case}-{i}"
+        pod["metadata"]["labels"]["transcription.dev/pool"] = pool
+        pods.append(pod)
+        events[pod["metadata"]["uid"]] = doc["events"]
+    return pods, events
+
+
+def observe(
+    td: TranscriptionDeployment,
+    deps: list[dict[str, Any]],
+    pods: tuple[list[dict[str, Any]], dict[str, Any]] = ([], {}),
+    now: str = NOW,
+) -> TranscriptionDeploymentStatus:
+    observed = Observed(
+        deployments={d["metadata"]["name"]: d for d in deps}, pods=pods[0], events=pods[1]
+    )
+    return compute_status(td, plan(td.spec), observed, CFG, now)
+
+
+def cond(st: TranscriptionDeploymentStatus, type_: str) -> tuple[str, str, str]:
+    c = next(c for c in st.conditions if c.type == type_)
+    return c.status.value, c.reason, c.message
+
+
+GPU_MESSAGE = (
+    "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 "
+    "Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 1 Preemption is not "
+    "helpful for scheduling, 2 No preemption victims found for incoming pod."
+)
+
+
+def test_unschedulable_pool_says_what_the_scheduler_said(vllm_td: TranscriptionDeployment) -> None:
+    st = observe(
+        vllm_td,
+        [deployment("whisper-batch", 2, 0), deployment("whisper-frontend", 2, 2)],
+        pods_of("unschedulable", "batch", 2),
+    )
+    expected = f"waiting for pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}"
+    assert cond(st, "Ready") == ("False", "Unschedulable", expected)
+    # Capacity may still come (an autoscaler): progressing, not failed -- until the
+    # Deployment's own progress deadline passes.
+    assert cond(st, "Progressing") == ("True", "RollingOut", expected)
+    assert cond(st, "Degraded")[0] == "False"
+    nr = st.pools[0].not_ready
+    assert nr is not None and (nr.reason, nr.pods, nr.message) == ("Unschedulable", 2, GPU_MESSAGE)
+
+    stuck = deployment("whisper-batch", 2, 0)
+    stuck["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
+    st = observe(
+        vllm_td, [stuck, deployment("whisper-frontend", 2, 2)], pods_of("unschedulable", "batch", 2)
+    )
+    assert cond(st, "Degraded") == ("True", "Unschedulable", f"pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}")  # fmt: skip
+    assert cond(st, "Ready")[:2] == ("False", "Unschedulable")
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "failing"),
+    [
+        ("image-pull-backoff", "ImagePullBackOff", True),
+        ("err-image-pull", "ImagePullBackOff", True),
+        ("crash-loop", "CrashLoopBackOff", True),
+        ("oom-killed", "OOMKilled", True),
+        ("config-error", "CreateContainerConfigError", True),
+        ("startup-probe", "StartupProbeFailing", False),
+        ("readiness-probe", "ReadinessProbeFailing", False),
+        ("failed-mount", "FailedMount", False),
+    ],
+)
+def test_each_pod_reason_reaches_ready_and_the_pool(
+    vllm_td: TranscriptionDeployment, case: str, reason: str, failing: bool
+) -> None:
+    st = observe(
+        vllm_td,
+        [deployment("whisper-batch", 2, 1, updated=1), deployment("whisper-frontend", 2, 2)],
+        pods_of(case, "batch", 1),
+    )
+    ready = cond(st, "Ready")
+    assert ready[:2] == ("False", reason)
+    assert ready[2].startswith(("pool batch 1/2 ready, 1 pod " + reason, "waiting for pool batch 1/2 ready, 1 pod " + reason))  # fmt: skip
+    assert cond(st, "Degraded")[0] == ("True" if failing else "False")
+    assert cond(st, "Progressing")[0] == ("False" if failing else "True")
+    nr = st.pools[0].not_ready
+    assert nr is not None and nr.reason == reason and nr.pods == 1
+
+
+def test_the_frontend_says_why_too(vllm_td: TranscriptionDeployment) -> None:
+    pods, events = pods_of("image-pull-backoff", "x", 2)
+    for p in pods:
+        p["metadata"]["labels"]["app.kubernetes.io/component"] = "frontend"
+        del p["metadata"]["labels"]["transcription.dev/pool"]
+    st = observe(vllm_td, [deployment("whisper-batch", 2, 2), deployment("whisper-frontend", 2, 0)], (pods, events))  # fmt: skip
+    assert cond(st, "Degraded")[:2] == ("True", "ImagePullBackOff")
+    assert cond(st, "Ready")[2].startswith("frontend 0/2 ready, 2 pods ImagePullBackOff: container engine cannot pull image")  # fmt: skip
+    assert st.frontend is not None and st.frontend.not_ready is not None
+    assert st.pools[0].not_ready is None
+
+
+def test_a_ready_pool_reports_no_reason(vllm_td: TranscriptionDeployment) -> None:
+    st = observe(
+        vllm_td,
+        [deployment("whisper-batch", 2, 2), deployment("whisper-frontend", 2, 2)],
+        pods_of("ready", "batch", 2),
+    )
+    assert cond(st, "Ready")[0] == "True"
+    assert st.pools[0].not_ready is None
+    assert st.worker_replicas == "2/2"
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+def test_no_replicas_is_not_ready_with_no_capacity() -> None:
+    td = make_td({"model": {"name": "m"}, "pools": [{"name": "default", "replicas": 0}], "frontend": {"replicas": 1}})  # fmt: skip
+    st = observe(td, [deployment("whisper-default", 0, 0), deployment("whisper-frontend", 1, 1)])
+    assert cond(st, "Ready") == (
+        "False", "NoCapacity",
+        "no replica can serve transcriptions: pool default has 0 replicas; scale up spec.pools[].replicas",
+    )  # fmt: skip
+    assert cond(st, "Degraded")[:2] == ("True", "NoCapacity")
+    assert cond(st, "Stalled")[:2] == ("True", "NoCapacity")
+    assert st.ready_pools == "1/1"  # the pool is as declared...
+    assert st.worker_replicas == "0/0"  # ...and serves nothing
+
+
+def test_no_capacity_names_the_feature_and_the_added_pool() -> None:
+    td = make_td({"model": {"name": "m"}, "traffic": {"features": ["word_timestamps"]},
+                  "autoSplit": {"replicas": 0}, "frontend": {"replicas": 1}})  # fmt: skip
+    st = observe(td, [deployment("whisper-default", 1, 1), deployment("whisper-auto-faster-whisper", 0, 0), deployment("whisper-frontend", 1, 1)])  # fmt: skip
+    assert cond(st, "Ready")[1:] == (
+        "NoCapacity",
+        "no replica can serve transcriptions with word_timestamps: pool auto-faster-whisper has 0 replicas; scale up spec.autoSplit.replicas",
+    )  # fmt: skip
+
+
+def test_a_frontend_with_no_replicas_serves_nothing(vllm_td: TranscriptionDeployment) -> None:
+    body = vllm_td.model_dump(by_alias=True, exclude_none=True, mode="json")
+    body["spec"]["frontend"]["replicas"] = 0
+    td = TranscriptionDeployment.model_validate(body)
+    st = observe(td, [deployment("whisper-batch", 2, 2), deployment("whisper-frontend", 0, 0)])
+    assert cond(st, "Ready")[1:] == ("NoCapacity", "spec.frontend.replicas is 0: nothing receives requests; scale it up")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def test_spec_findings_are_degraded_as_the_admission_policy_warns() -> None:
+    td = make_td({"model": {"name": "openai/whisper-small.en"},
+                  "traffic": {"endpoints": ["transcriptions", "translations"]},
+                  "pools": [{"name": "tp", "resources": {"gpus": 8}}], "frontend": {"replicas": 1}})  # fmt: skip
+    st = observe(td, [deployment("whisper-tp", 1, 1), deployment("whisper-frontend", 1, 1)])
+    degraded = cond(st, "Degraded")
+    assert degraded[:2] == ("True", "GPUsDoNotDivideHeads")
+    assert degraded[2] == (
+        "pool tp: resources.gpus=8 does not divide the 12 attention heads of Whisper small "
+        "(openai/whisper-small.en), so vLLM cannot split the model across them (tensor "
+        "parallelism): use 1, 2, 3, 4, 6, 12 GPUs; "
+        "spec.traffic.endpoints declares translations, but openai/whisper-small.en is an "
+        "English-only Whisper model (.en), which cannot translate: use a multilingual model "
+        "(the name without .en) or remove translations"
+    )
+
+
+# --------------------------------------------------------------------------- the split
+
+
+def test_auto_split_disabled_says_disabled_not_not_needed() -> None:
+    td = make_td({"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}})  # fmt: skip
+    st = observe(td, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)])
+    assert cond(st, "AutoSplit") == (
+        "False", "Disabled",
+        "spec.autoSplit.enabled is false; no declared pool serves transcriptions (see Degraded)",
+    )  # fmt: skip
+    td = make_td({"model": {"name": "m"}, "autoSplit": {"enabled": False}})
+    assert cond(observe(td, []), "AutoSplit") == ("False", "Disabled", "spec.autoSplit.enabled is false")  # fmt: skip
+
+
+def test_the_added_pool_says_what_it_requests() -> None:
+    td = make_td({
+        "model": {"name": "openai/whisper-large-v3"},
+        "pools": [{"name": "batch", "replicas": 2, "resources": {"gpus": 4, "cpu": "8", "memory": "48Gi"}}],
+        "traffic": {"features": ["word_timestamps"]},
+    })  # fmt: skip
+    st = observe(td, [])
+    assert cond(st, "AutoSplit")[2] == (
+        "added pool auto-faster-whisper (faster-whisper, sequential) for transcriptions, "
+        "word_timestamps: 1 replica, each requesting 1 nvidia.com/gpu, 8 CPU, 48Gi memory"
+    )
+    auto = st.pools[1]
+    assert (auto.resources.gpus, auto.resources.cpu, auto.resources.memory) == (1, "8", "48Gi")
+    assert st.pools[0].resources.gpus == 4
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_events_on_reason_changes_only(vllm_td: TranscriptionDeployment) -> None:
+    deps = [deployment("whisper-batch", 2, 0), deployment("whisper-frontend", 2, 2)]
+    first = status_body(observe(vllm_td, deps))
+    unsched = status_body(observe(vllm_td, deps, pods_of("unschedulable", "batch", 2)))
+    assert status_events(first, unsched) == [
+        ("Warning", "Unschedulable", f"pool batch: 2 pods Unschedulable: {GPU_MESSAGE}")
+    ]
+    assert status_events(unsched, unsched) == []
+    loading = status_body(observe(vllm_td, deps, pods_of("startup-probe", "batch", 2)))
+    later = status_body(observe(vllm_td, deps, pods_of("startup-probe", "batch", 2), now="2026-11-30T10:09:30Z"))  # fmt: skip
+    assert [e[:2] for e in status_events(unsched, loading)] == [("Normal", "StartupProbeFailing")]
+    assert later != loading  # the elapsed time moved...
+    assert status_events(loading, later) == []  # ...and no Event for that
+    crash = status_body(observe(vllm_td, deps, pods_of("crash-loop", "batch", 2)))
+    # One Event for the pool, not a second one for Degraded with the same reason.
+    assert [e[:2] for e in status_events(loading, crash)] == [("Warning", "CrashLoopBackOff")]
+    ready = status_body(observe(vllm_td, [deployment("whisper-batch", 2, 2), deployment("whisper-frontend", 2, 2)]))  # fmt: skip
+    assert [e[:2] for e in status_events(crash, ready)] == [("Normal", "Ready")]
+
+
+def test_degraded_for_another_reason_posts_its_own_event() -> None:
+    up = make_td({"model": {"name": "m"}, "pools": [{"name": "default", "replicas": 1}]})
+    before = status_body(observe(up, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)]))  # fmt: skip
+    down = make_td({"model": {"name": "m"}, "pools": [{"name": "default", "replicas": 0}]})
+    after = status_body(observe(down, [deployment("whisper-default", 0, 0), deployment("whisper-frontend", 2, 2)]))  # fmt: skip
+    assert status_events(before, after) == [
+        ("Warning", "NoCapacity", "no replica can serve transcriptions: pool default has 0 replicas; scale up spec.pools[].replicas")
+    ]  # fmt: skip
+    assert status_events(after, after) == []
+    assert [e[:2] for e in status_events(after, before)] == [("Normal", "Ready")]
+
+
+def test_the_split_event_says_what_the_pool_costs() -> None:
+    td = make_td({"model": {"name": "m"}, "pools": [{"name": "b", "resources": {"gpus": 2}}],
+                  "traffic": {"features": ["word_timestamps"]}})  # fmt: skip
+    events = status_events({}, status_body(observe(td, [])))
+    assert events == [(
+        "Normal", "SequentialPoolAdded",
+        "added pool auto-faster-whisper (faster-whisper, sequential) for transcriptions, "
+        "word_timestamps: 1 replica, each requesting 1 nvidia.com/gpu",
+    )]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- consistency
+
+
+def _table_case(split: bool, covered: bool, pools: str) -> TranscriptionDeploymentStatus:
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "pools": [{"name": "batch", "replicas": 2, "resources": {"gpus": 1}}],
+        "autoSplit": {"enabled": split},
+        "frontend": {"replicas": 1},
+    }
+    if not covered:  # vLLM has no word timestamps: the split covers them, if enabled
+        spec["traffic"] = {"features": ["word_timestamps"]}
+    td = make_td(spec)
+    names = [f"whisper-{p.name}" for p in plan(td.spec).pools]
+    ready = {"ready": 2, "loading": 0, "failing": 0, "absent": 0}[pools]
+    deps = [] if pools == "absent" else [deployment(n, 2 if "batch" in n else 1, ready if "batch" in n else (1 if ready else 0)) for n in names]  # fmt: skip
+    deps.append(deployment("whisper-frontend", 1, 1))
+    pods: tuple[list[dict[str, Any]], dict[str, Any]] = ([], {})
+    if pools in ("loading", "failing"):
+        pods = pods_of("startup-probe" if pools == "loading" else "crash-loop", "batch", 2)
+    return observe(td, deps, pods)
+
+
+@pytest.mark.parametrize(
+    ("split", "covered", "pools"),
+    list(
+        itertools.product([True, False], [True, False], ["ready", "loading", "failing", "absent"])
+    ),
+)
+def test_conditions_never_contradict_each_other(split: bool, covered: bool, pools: str) -> None:
+    st = _table_case(split, covered, pools)
+    c = {x.type: x for x in st.conditions}
+    status = {t: x.status.value == "True" for t, x in c.items()}
+    assert set(c) == {"Ready", "Progressing", "Degraded", "Reconciling", "Stalled", "AutoSplit"}
+    # The kstatus pair mirrors the Deployment-like pair.
+    assert (c["Stalled"].status, c["Stalled"].reason) == (
+        c["Degraded"].status,
+        c["Degraded"].reason,
+    )
+    assert (c["Reconciling"].status, c["Reconciling"].reason) == (
+        c["Progressing"].status,
+        c["Progressing"].reason,
+    )
+    # Exactly one of ready, progressing, failed.
+    assert [status["Ready"], status["Progressing"], status["Degraded"]].count(True) == 1
+    if status["Degraded"]:
+        assert c["Ready"].reason == c["Degraded"].reason
+        assert c["Ready"].message.startswith(c["Degraded"].message)
+    if status["Ready"]:
+        assert st.ready_pools == f"{len(st.pools)}/{len(st.pools)}"
+        assert all(p.not_ready is None for p in st.pools)
+    # The split condition agrees with the spec and with Degraded.
+    uncovered = (
+        c["Degraded"].reason == "TrafficNotCovered" or "TrafficNotCovered" in c["Ready"].message
+    )
+    if not split:
+        assert (status["AutoSplit"], c["AutoSplit"].reason) == (False, "Disabled")
+    elif covered:
+        assert (status["AutoSplit"], c["AutoSplit"].reason) == (False, "NotNeeded")
+    else:
+        assert (status["AutoSplit"], c["AutoSplit"].reason) == (True, "SequentialPoolAdded")
+    assert uncovered == (not split and not covered)
+    if c["AutoSplit"].reason == "NotNeeded":
+        assert not uncovered
+    # What the pods say decides the outcome when nothing else is wrong.
+    if not uncovered:
+        expected = {"ready": "Ready", "loading": "StartupProbeFailing", "failing": "CrashLoopBackOff", "absent": "NotServing"}[pools]  # fmt: skip
+        assert c["Ready"].reason == expected

@@ -114,17 +114,21 @@ def _condition(type_: str) -> str:
 
 PRINTER_COLUMNS = [
     {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
+    # Why not: Unschedulable, ImagePullBackOff, CrashLoopBackOff, NoCapacity, ...
+    {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
     {"name": "Engine", "type": "string", "jsonPath": ".spec.engine"},
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
     {"name": "Pools", "type": "string", "jsonPath": ".status.readyPools"},
-    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
+    # Worker replicas ready/desired across the pools.
+    {"name": "Replicas", "type": "string", "jsonPath": ".status.workerReplicas"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {
-        "name": "Reason",
+        "name": "Message",
         "type": "string",
-        "jsonPath": _condition("Ready") + ".reason",
+        "jsonPath": _condition("Ready") + ".message",
         "priority": 1,
     },
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .capabilities import MAX_UPLOAD, Capability, Engine, Mode, capability_set, supported_modes
+from .worker import MANAGED_FLAGS, managed_flag, managed_flag_message
 
 GROUP = "transcription.dev"
 VERSION = "v1alpha1"
@@ -35,6 +36,7 @@ QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 MAX_POOLS = 8
 RESERVED_POOL_NAMES = ("frontend", "routes")
 MAX_ALIASES = 16
+MAX_ENGINE_ARGS = 64
 
 
 class _Model(BaseModel):
@@ -207,8 +209,23 @@ class EnvVar(_Model):
     )
 
 
+def _managed_flag_rules() -> list[dict[str, str]]:
+    """One CEL rule per flag the operator manages, refusing it in engineArgs."""
+    return [
+        cel(
+            "!has(self.engineArgs) || !self.engineArgs.exists(a, "
+            f"a.replace('_', '-') == '{flag}' || a.replace('_', '-').startsWith('{flag}='))",
+            managed_flag_message(flag),
+            field_path=".engineArgs",
+        )
+        for flag in MANAGED_FLAGS
+    ]
+
+
 class PoolSpec(_Model):
     """A set of identical workers with one engine and batching mode."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(*_managed_flag_rules()))
 
     name: str = Field(
         description="Pool name; part of the child objects' names.",
@@ -252,10 +269,13 @@ class PoolSpec(_Model):
         le=10000,
         description="Requests a sequential faster-whisper replica queues before answering 503.",
     )
-    engine_args: list[str] = Field(
+    engine_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list,
         description="Extra arguments for the engine, passed through last (e.g. "
-        "--max-model-len=448).",
+        "--max-model-len=448). Flags the operator derives from the spec (--port, "
+        "--tensor-parallel-size, --served-model-name, ...) are refused, naming the field to "
+        "set instead.",
+        max_length=MAX_ENGINE_ARGS,
     )
     env: list[EnvVar] = Field(
         default_factory=list, description="Extra environment for the engine container."
@@ -272,7 +292,9 @@ class AutoSplitSpec(_Model):
     replicas: int = Field(default=1, ge=0, le=1000, description="Replicas of the added pool.")
     resources: ResourcesSpec | None = Field(
         default=None,
-        description="Resources of the added pool; default: those of the pool it splits from.",
+        description="Resources of the added pool; default: those of the pool it splits from, "
+        "with no more GPUs than its engine can use (one for faster-whisper and transformers). "
+        "Status and the SequentialPoolAdded Event say what it requests.",
     )
 
 
@@ -496,6 +518,10 @@ def spec_problems(spec: TranscriptionDeploymentSpec) -> list[str]:
         if p.mode and capability_set(engine, p.mode) is None:
             modes = " or ".join(x.value for x in supported_modes(engine))
             out.append(f"engine {engine.value} cannot run in {p.mode.value} mode; use {modes}")
+        for arg in p.engine_args:
+            flag = managed_flag(arg)
+            if flag and managed_flag_message(flag) not in out:
+                out.append(managed_flag_message(flag))
     return out
 
 
@@ -521,6 +547,19 @@ class Condition(_Model):
     )
 
 
+class NotReady(_Model):
+    """Why some replicas are not ready, in the words the cluster used (scheduler, kubelet,
+    probes): the dominant reason among the pods, how many pods have it, and the first pod's
+    message."""
+
+    reason: str = Field(
+        description="Unschedulable, ImagePullBackOff, CrashLoopBackOff, OOMKilled, "
+        "StartupProbeFailing, ReadinessProbeFailing, FailedCreate, a kubelet reason, ..."
+    )
+    message: str = Field(description="The first pod's message (the scheduler's, the kubelet's).")
+    pods: int = Field(description="Pods with this reason.")
+
+
 class PoolStatus(_Model):
     """Observed state of one pool."""
 
@@ -537,6 +576,22 @@ class PoolStatus(_Model):
         default=None, description="Why an automatic pool was added: the capabilities it covers."
     )
     service: str = Field(description="Service the frontend reaches the pool through.")
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="What each replica requests."
+    )
+    not_ready: NotReady | None = Field(
+        default=None, description="Why replicas are not ready (absent when all are)."
+    )
+
+
+class FrontendStatus(_Model):
+    """Observed state of the frontend."""
+
+    replicas: int = Field(description="Desired replicas.")
+    ready_replicas: int = Field(description="Replicas that are ready.")
+    not_ready: NotReady | None = Field(
+        default=None, description="Why replicas are not ready (absent when all are)."
+    )
 
 
 class TranscriptionDeploymentStatus(_Model):
@@ -547,8 +602,12 @@ class TranscriptionDeploymentStatus(_Model):
     )
     conditions: list[Condition] = Field(default_factory=list, description="Ready, Progressing, ...")
     pools: list[PoolStatus] = Field(default_factory=list, description="Per-pool state.")
+    frontend: FrontendStatus | None = Field(default=None, description="Frontend state.")
     ready_pools: str | None = Field(
         default=None, description="Pools with every replica ready, as ready/total."
+    )
+    worker_replicas: str | None = Field(
+        default=None, description="Worker replicas across all pools, as ready/desired."
     )
     endpoint: str | None = Field(default=None, description="URL of the frontend Service.")
     models: list[str] = Field(

@@ -18,6 +18,33 @@ WORKER_PORT = 8000
 CACHE_DIR = "/var/cache/models"
 WEIGHTS_DIR = "/weights"
 
+# Engine flags the operator derives from the spec, and what to set instead. The CRD refuses
+# them in `pools[].engineArgs` (one CEL rule each, same message) and the vLLM launcher
+# refuses them again before it starts, so a pod never crash-loops on them.
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "it is derived from spec.model.name",
+    "--served-model-name": "it is derived from spec.model.name and spec.model.aliases",
+    "--host": "the operator sets it (workers listen on every interface)",
+    "--port": f"the operator sets it (workers listen on {WORKER_PORT}); "
+    "the port clients use is spec.frontend.service.port",
+    "--download-dir": "it is derived from spec.model.cache",
+    "--revision": "it is derived from spec.model.revision",
+    "--tensor-parallel-size": "it is derived from spec.pools[].resources.gpus",
+    "-tp": "it is derived from spec.pools[].resources.gpus",
+    "--max-num-seqs": "it is derived from spec.pools[].mode (sequential sets 1)",
+}
+
+
+def managed_flag(arg: str) -> str | None:
+    """The managed flag an engine argument sets (`--port`, `--port=9000`, `--max_num_seqs=4`:
+    vLLM reads underscores as dashes), or None."""
+    flag = arg.replace("_", "-").split("=", 1)[0]
+    return flag if flag in MANAGED_FLAGS else None
+
+
+def managed_flag_message(flag: str) -> str:
+    return f"engineArgs must not set {flag}: {MANAGED_FLAGS[flag]}"
+
 
 class WorkerSettings(BaseModel):
     """Everything a worker needs to start serving."""

@@ -86,6 +86,10 @@ RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
 }
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# Loading weights can take many minutes: the startup probe allows 30 of them, and the
+# Deployment's progress deadline (after which status reports the rollout as stuck) more.
+STARTUP_PERIOD, STARTUP_FAILURES = 10, 180
+WORKER_PROGRESS_DEADLINE = STARTUP_PERIOD * STARTUP_FAILURES + 300
 
 
 def resource_requirements(res: ResourcesSpec) -> dict[str, Any]:
@@ -213,13 +217,14 @@ def worker_deployment(
         "env": env,
         "resources": resource_requirements(p.resources),
         "volumeMounts": mounts,
-        # Loading weights can take many minutes: the startup probe allows 30 of them.
-        "startupProbe": _probe("/health", 10, 180),
+        "startupProbe": _probe("/health", STARTUP_PERIOD, STARTUP_FAILURES),
         "readinessProbe": _probe("/health", 5, 3),
         "livenessProbe": _probe("/health", 15, 4),
         # Give endpoint controllers time to take the pod out of rotation before it stops.
         "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
+        # A crash's last log lines become the termination message status reports.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     tolerations = list(p.tolerations)
     if p.resources.gpus and GPU_TOLERATION not in tolerations:
@@ -247,6 +252,7 @@ def worker_deployment(
         "metadata": _meta(td, pool_object_name(td, pool.name), "worker", pool.name),
         "spec": {
             "replicas": p.replicas,
+            "progressDeadlineSeconds": WORKER_PROGRESS_DEADLINE,
             "selector": {"matchLabels": selector(td, "worker", pool.name)},
             # Never drop below the desired capacity during a rollout.
             "strategy": {
@@ -422,6 +428,7 @@ def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Man
         "livenessProbe": _probe("/health", 10, 3),
         "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
         "securityContext": {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec = {
         **_pod_common(td),

@@ -6,6 +6,10 @@ finalizers, no status fields are written by kopf (GitOps tools see no drift). Ev
 of a resource or of one of its children enqueues the resource; queue workers run the
 level-triggered `Reconciler` (in a thread, as the official client is synchronous), with
 per-resource exclusivity, exponential backoff on API errors and a periodic resync.
+
+Status explains pods that are not ready from two more watch streams, filtered by the API
+server so that only what status reads arrives: the operator's pods (by label) and Warning
+Events about pods (by field). A reconcile reads them from memory: no request per pod, ever.
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ from .kinds import CHILDREN, Kind
 from .kube import Kube
 from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
 from .queue import WorkQueue
-from .reconciler import Cache, Reconciler
+from .reconciler import Cache, Pods, Reconciler
 
 log = logging.getLogger("transcription_operator")
 
 WORKERS = 4
 RESYNC_SECONDS = 300.0
+# Server-side filters of the two streams status reads.
+POD_SELECTOR = MANAGED_SELECTOR
+EVENT_SELECTOR = "involvedObject.kind=Pod,type=Warning"
 
 
 class Runtime:
@@ -38,6 +45,7 @@ class Runtime:
 
     def __init__(self) -> None:
         self.cache = Cache()
+        self.pods = Pods()
         self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
         self.reconciler: Reconciler | None = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -69,6 +77,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
     # namespace to match them, which a namespaced operator may not (403 at each start).
     settings.scanning.disabled = bool(RUNTIME.namespaces)
+    # Only our pods, and only Warning Events about pods, leave the API server.
+    settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
+    settings.watching.field_selectors["v1", "events"] = EVENT_SELECTOR
 
 
 @kopf.on.login()
@@ -98,7 +109,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
     kube = Kube.connect(RUNTIME.kubeconfig)
     cfg = OperatorConfig.from_env()
-    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg)
+    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods)
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
     RUNTIME.tasks.append(asyncio.create_task(_resync()))
@@ -111,6 +122,15 @@ def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
         for ns in namespaces or (None,):
             for obj in kube.list(kind.kind, ns, MANAGED_SELECTOR):
                 RUNTIME.cache.put_if_absent(obj)
+    # Pods, then their Events: a status computed before the streams catch up already says
+    # what it will say after (no write, no Event, caused by a restart).
+    for ns in namespaces or (None,):
+        for pod in kube.list("Pod", ns, POD_SELECTOR):
+            RUNTIME.pods.put(pod)
+    for ns in namespaces or (None,):
+        for event in kube.list("Event", ns, field_selector=EVENT_SELECTOR):
+            RUNTIME.pods.put_event(event)
+    _count_pods()
 
 
 @kopf.on.cleanup()
@@ -165,6 +185,32 @@ def _register_child(kind: Kind) -> None:
 
 for _kind in CHILDREN:
     _register_child(_kind)
+
+
+def _count_pods() -> None:
+    pods, events = RUNTIME.pods.counts()
+    metrics.MANAGED.labels(kind="Pod").set(pods)
+    metrics.MANAGED.labels(kind="Event").set(events)
+
+
+@kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: PART_OF}, id="watch-pods")
+def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    pod = dict(body)
+    key = RUNTIME.pods.drop(pod) if event.get("type") == "DELETED" else RUNTIME.pods.put(pod)
+    _count_pods()
+    if key:
+        RUNTIME.queue.add(key)
+
+
+@kopf.on.event("", "v1", "events", id="watch-pod-events")
+def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    obj = dict(body)
+    if obj.get("type") != "Warning" or (obj.get("involvedObject") or {}).get("kind") != "Pod":
+        return  # the field selector already keeps these out; a list without it might not
+    key = RUNTIME.pods.put_event(obj, deleted=event.get("type") == "DELETED")
+    _count_pods()
+    if key:
+        RUNTIME.queue.add(key)
 
 
 async def _worker(index: int) -> None:

@@ -56,8 +56,12 @@ CHILDREN: tuple[Kind, ...] = (
 RESOURCE = Kind(API_VERSION, KIND, PLURAL, READ)
 SECRET = Kind("v1", "Secret", "secrets", ("get",))  # existence checks, by name only
 EVENT = Kind("v1", "Event", "events", ("create", "patch"))
+# Status says why pods are not ready: the operator's pods and the Warning Events about pods
+# are watched (read-only; never a request per pod).
+POD = Kind("v1", "Pod", "pods", READ)
+EVENT_READS = READ  # core/v1 Events only
 
-KINDS: dict[str, Kind] = {k.kind: k for k in (*CHILDREN, RESOURCE, SECRET, EVENT)}
+KINDS: dict[str, Kind] = {k.kind: k for k in (*CHILDREN, RESOURCE, SECRET, EVENT, POD)}
 CHILD_KIND_NAMES = frozenset(k.kind for k in CHILDREN)
 
 
@@ -79,4 +83,6 @@ def rbac_rules(secret_names: list[str] | None = None) -> list[dict[str, Any]]:
         rules.append(rule([SECRET.group], SECRET.plural, SECRET.verbs))
         rules[-1]["resourceNames"] = list(secret_names)
     rules.append(rule([EVENT.group, "events.k8s.io"], EVENT.plural, EVENT.verbs))
+    rules.append(rule([POD.group], POD.plural, POD.verbs))
+    rules.append(rule([EVENT.group], EVENT.plural, EVENT_READS))
     return rules

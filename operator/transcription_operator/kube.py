@@ -91,11 +91,15 @@ class Kube:
             raise
 
     def list(
-        self, kind: str, namespace: str | None, label_selector: str = ""
+        self, kind: str, namespace: str | None, label_selector: str = "", field_selector: str = ""
     ) -> list[dict[str, Any]]:
         """Objects of a kind in one namespace (None: all), with kind and apiVersion set."""
-        query = {"labelSelector": label_selector} if label_selector else None
-        out = self.request("GET", KINDS[kind].path(namespace), query=query)
+        query = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        out = self.request("GET", KINDS[kind].path(namespace), query=query or None)
         items: list[dict[str, Any]] = out.get("items", [])
         for item in items:
             item["kind"], item["apiVersion"] = kind, KINDS[kind].api_version
@@ -126,13 +130,15 @@ class Kube:
                 return False
             raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.request(
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the resource's status; returns the object as the server stored it."""
+        obj: dict[str, Any] = self.request(
             "PATCH",
             KINDS[KIND].path(namespace, name, "status"),
             body={"status": status},
             content_type="application/merge-patch+json",
         )
+        return obj
 
     def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         meta = owner["metadata"]

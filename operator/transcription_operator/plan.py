@@ -29,6 +29,13 @@ from transcription_api.v1alpha1 import (
 )
 
 DEFAULT_POOL = "default"
+# GPUs one replica of an engine can put to use. vLLM splits a model across any number
+# (tensor parallelism); faster-whisper and `transformers serve` run on one device.
+USABLE_GPUS: dict[Engine, int | None] = {
+    Engine.VLLM: None,
+    Engine.FASTER_WHISPER: 1,
+    Engine.TRANSFORMERS: 1,
+}
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,16 @@ def _split_engine(default: Engine, need: frozenset[Capability]) -> Engine | None
     return None
 
 
+def split_resources(source: ResourcesSpec, engine: Engine) -> ResourcesSpec:
+    """What an added pool requests by default: the resources of the pool it splits from, with
+    no more GPUs than its engine can use (a faster-whisper replica uses one, not the four a
+    tensor-parallel vLLM replica needs)."""
+    usable = USABLE_GPUS[engine]
+    if usable is None or source.gpus <= usable:
+        return source
+    return source.model_copy(update={"gpus": usable})
+
+
 def _split_pool_spec(
     spec: TranscriptionDeploymentSpec, name: str, engine: Engine, resources: ResourcesSpec
 ) -> PoolSpec:
@@ -148,5 +165,5 @@ def _split_pool_spec(
         engine=engine,
         mode=Mode.SEQUENTIAL,
         replicas=spec.auto_split.replicas,
-        resources=spec.auto_split.resources or resources,
+        resources=spec.auto_split.resources or split_resources(resources, engine),
     )

@@ -25,10 +25,11 @@ from .kinds import CHILD_KIND_NAMES
 from .kube import Kube, KubeError
 from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, PART_OF
 from .plan import plan
-from .status import Observed, compute_status, invalid_spec_status, status_body
+from .status import Observed, compute_status, invalid_spec_status, status_body, status_events
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # kind, namespace, name
+LOADING_RECHECK = 60.0
 
 
 def now_rfc3339() -> str:
@@ -67,9 +68,14 @@ class Cache:
         self._lock = threading.Lock()
 
     def put(self, obj: dict[str, Any]) -> None:
+        """Remember an object, unless the cache already holds a newer version of it (a watch
+        event can arrive after the answer to the operator's own, later, write)."""
         m = obj["metadata"]
+        key = (obj["kind"], m["namespace"], m["name"])
         with self._lock:
-            self._objs[(obj["kind"], m["namespace"], m["name"])] = obj
+            held = self._objs.get(key)
+            if held is None or not _older(m, held["metadata"]):
+                self._objs[key] = obj
 
     def put_if_absent(self, obj: dict[str, Any]) -> None:
         m = obj["metadata"]
@@ -106,6 +112,101 @@ class Cache:
             return sum(1 for k in self._objs if k[0] == kind)
 
 
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a pod status reads (the watch cache keeps only these)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    keep = ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp")
+
+    def container(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: c[k] for k in ("name", "image", "resources", "startupProbe") if k in c}
+
+    return {
+        "kind": "Pod",
+        "metadata": {k: meta[k] for k in keep if k in meta},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            **{
+                k: [container(c) for c in spec.get(k) or []]
+                for k in ("initContainers", "containers")
+            },
+        },
+        "status": pod.get("status") or {},
+    }
+
+
+def slim_event(event: dict[str, Any]) -> dict[str, Any]:
+    keep = ("reason", "message", "type", "count", "series", "firstTimestamp", "lastTimestamp",
+            "eventTime", "involvedObject")  # fmt: skip
+    out = {k: event[k] for k in keep if k in event}
+    out["metadata"] = {k: event["metadata"][k] for k in ("name", "namespace")}
+    return out
+
+
+class Pods:
+    """The resources' pods and their Warning Events, as the watch streams delivered them,
+    indexed by the resource (instance label) they belong to."""
+
+    def __init__(self) -> None:
+        self._pods: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (ns, inst) -> pods
+        self._owner: dict[str, tuple[str, str]] = {}  # pod UID -> (ns, instance)
+        self._events: dict[str, dict[str, dict[str, Any]]] = {}  # pod UID -> name -> event
+        self._lock = threading.Lock()
+
+    def put(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        """Remember a pod; returns the (namespace, instance) it belongs to."""
+        meta = pod["metadata"]
+        instance = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+        if not instance:
+            return None
+        key = (meta["namespace"], instance)
+        with self._lock:
+            self._pods.setdefault(key, {})[meta["name"]] = slim_pod(pod)
+            self._owner[meta["uid"]] = key
+        return key
+
+    def drop(self, pod: dict[str, Any]) -> tuple[str, str] | None:
+        meta = pod["metadata"]
+        with self._lock:
+            key = self._owner.pop(meta.get("uid", ""), None)
+            self._events.pop(meta.get("uid", ""), None)
+            if key:
+                self._pods.get(key, {}).pop(meta["name"], None)
+                if not self._pods.get(key):
+                    self._pods.pop(key, None)
+        return key
+
+    def put_event(self, event: dict[str, Any], deleted: bool = False) -> tuple[str, str] | None:
+        """Remember (or forget) a Warning Event of one of our pods; returns the pod's
+        (namespace, instance), or None for other pods' Events (not kept)."""
+        uid = (event.get("involvedObject") or {}).get("uid", "")
+        name = event["metadata"]["name"]
+        with self._lock:
+            key = self._owner.get(uid)
+            if key is None:
+                return None
+            if deleted:
+                self._events.get(uid, {}).pop(name, None)
+            else:
+                self._events.setdefault(uid, {})[name] = slim_event(event)
+        return key
+
+    def of(self, namespace: str, instance: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._pods.get((namespace, instance), {}).values())
+
+    def events(self, pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        with self._lock:
+            return {
+                uid: list(self._events[uid].values())
+                for uid in (p["metadata"]["uid"] for p in pods)
+                if uid in self._events
+            }
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self._owner), sum(len(e) for e in self._events.values())
+
+
 class RetryLater(Exception):
     """The reconcile reported what failed and should run again after a backoff."""
 
@@ -119,10 +220,13 @@ class Result:
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, cache: Cache, cfg: OperatorConfig) -> None:
+    def __init__(
+        self, kube: Kube, cache: Cache, cfg: OperatorConfig, pods: Pods | None = None
+    ) -> None:
         self.kube = kube
         self.cache = cache
         self.cfg = cfg
+        self.pods = pods or Pods()
 
     def reconcile(self, namespace: str, name: str) -> Result:
         body = self.cache.get(TD_KIND, namespace, name)
@@ -161,8 +265,13 @@ class Reconciler:
         for child in self.cache.children(namespace, name, str(td.metadata["uid"])):
             if child["kind"] == "Deployment":
                 observed.deployments[child["metadata"]["name"]] = child
+        observed.pods = self.pods.of(namespace, name)
+        observed.events = self.pods.events(observed.pods)
         status = compute_status(td, the_plan, observed, self.cfg, now_rfc3339())
         result = self._report(body, status, observed.problems, writes)
+        if _loading(status):
+            # The elapsed time in the message moves once a minute without any event.
+            result.requeue_after = min(result.requeue_after or LOADING_RECHECK, LOADING_RECHECK)
         if transient:
             raise RetryLater("; ".join(transient))
         return result
@@ -179,11 +288,12 @@ class Reconciler:
         old = body.get("status") or {}
         new = status_body(status)
         if _without_kopf(old) != new:
-            self.kube.patch_status(meta["namespace"], meta["name"], new)
+            stored = self.kube.patch_status(meta["namespace"], meta["name"], new)
             writes += 1
             writes += self._events(body, old, new)
-            body = {**body, "status": new}
-            self.cache.put(body)
+            # Cache what the server stored (its resourceVersion too): the watch event of an
+            # earlier write, arriving later, must not bring back the older status.
+            self.cache.put({**body, **(stored or {}), "status": new})
         degraded = any(c.type == "Degraded" and c.status == "True" for c in status.conditions)
         outcome = "degraded" if degraded else ("applied" if writes else "unchanged")
         # Missing Secrets are not watched: look again in a minute (not a retry storm).
@@ -230,31 +340,31 @@ class Reconciler:
         return problems
 
     def _events(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> int:
-        """Post an Event for each condition that changed in a way users care about."""
-        before = {c["type"]: c for c in old.get("conditions", [])}
+        """Post the Events the status change deserves (see `status_events`)."""
         posted = 0
-        for c in new.get("conditions", []):
-            prev = before.get(c["type"])
-            changed = prev is None or (prev["status"], prev.get("message")) != (
-                c["status"],
-                c.get("message"),
-            )
-            if not changed:
-                continue
-            if c["type"] == "AutoSplit" and c["status"] == "True":
-                event = ("Normal", c["reason"], c["message"])
-            elif c["type"] == "Degraded" and c["status"] == "True":
-                event = ("Warning", c["reason"], c["message"])
-            elif c["type"] == "Ready" and c["status"] == "True" and prev is not None:
-                event = ("Normal", "Ready", c["message"])
-            else:
-                continue
+        for event in status_events(old, new):
             try:
                 self.kube.event(body, *event, now=now_rfc3339())
                 posted += 1
             except KubeError as e:
                 log.warning("could not post event %s: %s", event[1], e)
         return posted
+
+
+def _loading(status: TranscriptionDeploymentStatus) -> bool:
+    not_ready = [p.not_ready for p in status.pools]
+    if status.frontend:
+        not_ready.append(status.frontend.not_ready)
+    return any(nr and nr.reason == "StartupProbeFailing" for nr in not_ready)
+
+
+def _older(meta: dict[str, Any], than: dict[str, Any]) -> bool:
+    """Whether `meta` is an older version of the same object than `than`. Resource versions
+    are etcd revisions (integers) on every etcd-backed API server; anything else is taken
+    as newer."""
+    a, b = str(meta.get("resourceVersion", "")), str(than.get("resourceVersion", ""))
+    same = meta.get("uid") == than.get("uid")
+    return same and a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
 def _without_kopf(status: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,17 @@ plus `AutoSplit`, which says whether the operator added sequential pools and why
 Each condition carries `observedGeneration`; `lastTransitionTime` only moves when the
 status of the condition changes, so a steady resource gets an identical status and the
 operator writes nothing.
+
+The conditions never contradict each other. Exactly one of three states holds:
+- *failed* (something needs a human: a missing Secret, traffic no pool covers, no replica
+  for a declared endpoint, a spec finding, pods that crash-loop or cannot pull their image,
+  a rollout past its progress deadline): Ready=False, Degraded=Stalled=True,
+  Progressing=Reconciling=False;
+- *progressing* (replicas are on their way; the pods' reason, such as Unschedulable or a
+  startup probe still failing, is Ready's reason): Ready=False, Degraded=Stalled=False,
+  Progressing=Reconciling=True;
+- *ready*: Ready=True, all four others False.
+Ready's message names what is not ready and why, in the words the cluster used.
 """
 
 from __future__ import annotations
@@ -15,20 +26,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from transcription_api.capabilities import Capability, traffic_needs
+from transcription_api.findings import findings
 from transcription_api.v1alpha1 import (
     Condition,
     ConditionStatus,
+    FrontendStatus,
+    NotReady,
     PoolStatus,
+    ResourcesSpec,
     TranscriptionDeployment,
     TranscriptionDeploymentStatus,
 )
 
 from .children import endpoint_url
 from .config import OperatorConfig
-from .names import frontend_name, pool_object_name
-from .plan import Plan, describe
+from .diagnose import is_failing, parse_time, progress_deadline_exceeded, summarise
+from .names import COMPONENT_LABEL, POOL_LABEL, frontend_name, pool_object_name
+from .plan import Plan, PlannedPool, describe
 
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
+ENDPOINTS = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS)
+# Not-ready reasons worth a Warning Event (the others, a model loading, are Normal).
+WARN = frozenset({"Unschedulable", "ProgressDeadlineExceeded"})
 
 
 @dataclass
@@ -37,6 +57,8 @@ class Observed:
 
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> object
     problems: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+    pods: list[dict[str, Any]] = field(default_factory=list)  # the resource's pods
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # pod UID -> Warnings
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,74 @@ def rollout(dep: dict[str, Any] | None, desired: int) -> Rollout:
     return Rollout(desired, ready, done)
 
 
+def requests_text(res: ResourcesSpec) -> str:
+    """'1 nvidia.com/gpu, 4 CPU, 24Gi memory'"""
+    parts = []
+    if res.gpus:
+        parts.append(f"{res.gpus} {res.gpu_resource_name}")
+    if res.cpu:
+        parts.append(f"{res.cpu} CPU")
+    if res.memory:
+        parts.append(f"{res.memory} memory")
+    return ", ".join(parts) or "no GPU, CPU or memory"
+
+
+def not_ready_text(nr: NotReady) -> str:
+    if not nr.pods:
+        return f"{nr.reason}: {nr.message}"
+    return f"{nr.pods} pod{'s' if nr.pods != 1 else ''} {nr.reason}: {nr.message}"
+
+
+def _pods(pods: list[dict[str, Any]], component: str, pool: str | None) -> list[dict[str, Any]]:
+    out = []
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(COMPONENT_LABEL) == component and labels.get(POOL_LABEL) == pool:
+            out.append(pod)
+    return out
+
+
+def no_capacity(td: TranscriptionDeployment, the_plan: Plan) -> list[tuple[str, str]]:
+    """Declared traffic that no replica can serve: every pool that covers it has 0 replicas."""
+    out = []
+    if td.spec.frontend.replicas == 0:
+        out.append(
+            ("NoCapacity", "spec.frontend.replicas is 0: nothing receives requests; scale it up")
+        )
+    empty: list[frozenset[Capability]] = []
+    idle: list[PlannedPool] = []
+    endpoints_without = set()
+    for need in traffic_needs(td.spec.traffic.endpoints, td.spec.traffic.features):
+        covering = [p for p in the_plan.pools if p.capabilities.covers(need)]
+        if not covering or any(p.spec.replicas > 0 for p in covering):
+            continue
+        endpoint = next(c for c in need if c in ENDPOINTS)
+        if len(need) == 1:
+            endpoints_without.add(endpoint)
+        elif endpoint in endpoints_without:
+            continue  # the endpoint itself is already named
+        empty.append(need)
+        idle += [p for p in covering if p not in idle]
+    if empty:
+        fields = sorted(
+            {"spec.autoSplit.replicas" if p.automatic else "spec.pools[].replicas" for p in idle}
+        )
+        out.append(
+            (
+                "NoCapacity",
+                "no replica can serve "
+                + ", ".join(describe(n) for n in empty)
+                + ": "
+                + ("pool " if len(idle) == 1 else "pools ")
+                + ", ".join(p.name for p in idle)
+                + (" has" if len(idle) == 1 else " have")
+                + " 0 replicas; scale up "
+                + " or ".join(fields),
+            )
+        )
+    return out
+
+
 def _condition(
     type_: str,
     status: ConditionStatus,
@@ -84,6 +174,28 @@ def _condition(
     )
 
 
+@dataclass
+class _Progress:
+    """Rollouts still waiting (with their pods' reason) and those that failed."""
+
+    waiting: list[tuple[str | None, str]] = field(default_factory=list)  # (reason, text)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, what: str, r: Rollout, nr: NotReady | None, dep: dict[str, Any] | None) -> None:
+        text = f"{what} {r.ready}/{r.desired} ready"
+        if nr:
+            text += f", {not_ready_text(nr)}"
+        stuck = progress_deadline_exceeded(dep)
+        if nr and (is_failing(nr.reason) or stuck):
+            self.failed.append((nr.reason, text))
+        elif stuck:
+            self.failed.append(
+                ("ProgressDeadlineExceeded", text + ": the rollout made no progress in time")
+            )
+        else:
+            self.waiting.append((nr.reason if nr else None, text))
+
+
 def compute_status(
     td: TranscriptionDeployment,
     the_plan: Plan,
@@ -93,13 +205,21 @@ def compute_status(
 ) -> TranscriptionDeploymentStatus:
     generation = int(td.metadata.get("generation") or 0)
     previous = {c.type: c for c in (td.status.conditions if td.status else [])}
+    at = parse_time(now)
 
     pools: list[PoolStatus] = []
-    waiting: list[str] = []
+    progress = _Progress()
     ready_pools = 0
     for p in the_plan.pools:
         name = pool_object_name(td, p.name)
-        r = rollout(observed.deployments.get(name), p.spec.replicas)
+        dep = observed.deployments.get(name)
+        r = rollout(dep, p.spec.replicas)
+        nr = None
+        if not r.done:
+            nr = summarise(dep, _pods(observed.pods, "worker", p.name), observed.events, at)
+            progress.add(f"pool {p.name}", r, nr, dep)
+        else:
+            ready_pools += 1
         pools.append(
             PoolStatus(
                 name=p.name,
@@ -111,15 +231,16 @@ def compute_status(
                 automatic=p.automatic,
                 reason=p.reason,
                 service=name,
+                resources=p.spec.resources,
+                not_ready=nr,
             )
         )
-        if r.done:
-            ready_pools += 1
-        else:
-            waiting.append(f"pool {p.name} {r.ready}/{r.desired} ready")
-    fe = rollout(observed.deployments.get(frontend_name(td)), td.spec.frontend.replicas)
+    fe_dep = observed.deployments.get(frontend_name(td))
+    fe = rollout(fe_dep, td.spec.frontend.replicas)
+    fe_nr = None
     if not fe.done:
-        waiting.append(f"frontend {fe.ready}/{fe.desired} ready")
+        fe_nr = summarise(fe_dep, _pods(observed.pods, "frontend", None), observed.events, at)
+        progress.add("frontend", fe, fe_nr, fe_dep)
 
     problems = list(observed.problems)
     for need in the_plan.uncovered:
@@ -131,70 +252,133 @@ def compute_status(
                 + " in every pool; add a pool whose engine serves it or enable autoSplit",
             )
         )
+    problems += findings(td.spec)
+    problems += no_capacity(td, the_plan)
+    problems += progress.failed
     # Serving needs at least one ready replica of a pool and of the frontend.
     serving = fe.ready > 0 and any(p.ready_replicas > 0 for p in pools)
 
     def cond(type_: str, status: ConditionStatus, reason: str, message: str) -> Condition:
         return _condition(type_, status, reason, message, generation, previous, now)
 
-    conditions: list[Condition] = []
+    waiting_msg = "waiting for " + "; ".join(t for _, t in progress.waiting)
+    conditions: list[Condition]
     if problems:
         reason, _ = problems[0]
         msg = "; ".join(m for _, m in problems)
-        conditions += [
-            cond("Ready", F, reason, msg),
+        conditions = [
+            cond("Ready", F, reason, msg + (f"; {waiting_msg}" if progress.waiting else "")),
             cond("Degraded", T, reason, msg),
             cond("Stalled", T, reason, msg),
+            cond("Progressing", F, "Failed", ""),
+            cond("Reconciling", F, "Failed", ""),
         ]
-    elif waiting:
-        msg = "waiting for " + ", ".join(waiting)
-        conditions += [
-            cond("Ready", F, "RollingOut" if serving else "NotServing", msg),
+    elif progress.waiting:
+        why = next((r for r, _ in progress.waiting if r), None)
+        conditions = [
+            cond("Ready", F, why or ("RollingOut" if serving else "NotServing"), waiting_msg),
             cond("Degraded", F, "AsExpected", ""),
             cond("Stalled", F, "AsExpected", ""),
+            cond("Progressing", T, "RollingOut", waiting_msg),
+            cond("Reconciling", T, "RollingOut", waiting_msg),
         ]
     else:
-        conditions += [
+        conditions = [
             cond("Ready", T, "Ready", f"{ready_pools} pool(s) and the frontend are ready"),
             cond("Degraded", F, "AsExpected", ""),
             cond("Stalled", F, "AsExpected", ""),
+            cond("Progressing", F, "Complete", ""),
+            cond("Reconciling", F, "Complete", ""),
         ]
-    if waiting and not problems:
-        msg = "waiting for " + ", ".join(waiting)
-        conditions += [
-            cond("Progressing", T, "RollingOut", msg),
-            cond("Reconciling", T, "RollingOut", msg),
-        ]
-    else:
-        conditions += [
-            cond("Progressing", F, "Complete" if not problems else "Failed", ""),
-            cond("Reconciling", F, "Complete" if not problems else "Failed", ""),
-        ]
-    auto = the_plan.automatic
-    if auto:
-        conditions.append(
-            cond(
-                "AutoSplit",
-                T,
-                "SequentialPoolAdded",
-                "; ".join(
-                    f"added pool {p.name} ({p.engine.value}, sequential) for "
-                    + ", ".join(sorted(p.covers))
-                    for p in auto
-                ),
-            )
-        )
-    else:
-        conditions.append(cond("AutoSplit", F, "NotNeeded", "the declared pools cover the traffic"))
+    conditions.append(cond("AutoSplit", *_auto_split(td, the_plan)))
 
+    desired = sum(p.replicas for p in pools)
+    ready = sum(min(p.ready_replicas, p.replicas) for p in pools)
     return TranscriptionDeploymentStatus(
         observed_generation=generation,
         conditions=conditions,
         pools=pools,
+        frontend=FrontendStatus(
+            replicas=td.spec.frontend.replicas, ready_replicas=fe.ready, not_ready=fe_nr
+        ),
         ready_pools=f"{ready_pools}/{len(the_plan.pools)}",
+        worker_replicas=f"{ready}/{desired}",
         endpoint=endpoint_url(td, cfg),
         models=td.spec.model.served_names,
     )
+
+
+def _auto_split(td: TranscriptionDeployment, the_plan: Plan) -> tuple[ConditionStatus, str, str]:
+    uncovered = ", ".join(describe(n) for n in the_plan.uncovered)
+    if not td.spec.auto_split.enabled:
+        return (
+            F,
+            "Disabled",
+            "spec.autoSplit.enabled is false"
+            + (f"; no declared pool serves {uncovered} (see Degraded)" if uncovered else ""),
+        )
+    if the_plan.automatic:
+        return (
+            T,
+            "SequentialPoolAdded",
+            "; ".join(
+                f"added pool {p.name} ({p.engine.value}, sequential) for "
+                + ", ".join(sorted(p.covers))
+                + f": {p.spec.replicas} replica{'s' if p.spec.replicas != 1 else ''}, each "
+                f"requesting {requests_text(p.spec.resources)}"
+                for p in the_plan.automatic
+            ),
+        )
+    if uncovered:
+        return F, "NoEngineCovers", f"no engine can serve {uncovered} in sequential mode"
+    return F, "NotNeeded", "the declared pools cover the traffic"
+
+
+def status_events(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events a status change deserves: an added pool (and
+    what it requests), a pool's or the frontend's not-ready reason changing, the resource
+    becoming Degraded for another reason, or Ready again."""
+    out: list[tuple[str, str, str]] = []
+    before = {c["type"]: c for c in old.get("conditions", [])}
+    after = {c["type"]: c for c in new.get("conditions", [])}
+
+    def changed(type_: str, *keys: str) -> bool:
+        a, b = before.get(type_) or {}, after.get(type_) or {}
+        return any(a.get(k) != b.get(k) for k in keys)
+
+    auto = after.get("AutoSplit") or {}
+    if auto.get("status") == "True" and changed("AutoSplit", "status", "message"):
+        out.append(("Normal", auto["reason"], auto["message"]))
+
+    old_reasons = {p["name"]: (p.get("notReady") or {}).get("reason") for p in old.get("pools", [])}
+    old_reasons[None] = ((old.get("frontend") or {}).get("notReady") or {}).get("reason")
+    pod_reasons = set()
+    targets: list[tuple[str | None, str, dict[str, Any]]] = [
+        (p["name"], f"pool {p['name']}", p) for p in new.get("pools", [])
+    ]
+    if new.get("frontend"):
+        targets.append((None, "frontend", new["frontend"]))
+    for key, what, st in targets:
+        nr = st.get("notReady")
+        if not nr:
+            continue
+        pod_reasons.add(nr["reason"])
+        if nr["reason"] != old_reasons.get(key):
+            text = not_ready_text(NotReady.model_validate(nr))
+            kind = "Warning" if is_failing(nr["reason"]) or nr["reason"] in WARN else "Normal"
+            out.append((kind, nr["reason"], f"{what}: {text}"))
+
+    degraded = after.get("Degraded") or {}
+    if (
+        degraded.get("status") == "True"
+        and changed("Degraded", "status", "reason")
+        and degraded.get("reason") not in pod_reasons
+    ):
+        out.append(("Warning", degraded["reason"], degraded["message"]))
+    ready = after.get("Ready") or {}
+    if ready.get("status") == "True" and "Ready" in before and changed("Ready", "status"):
+        out.append(("Normal", "Ready", ready["message"]))
+    return out
 
 
 def invalid_spec_status(

@@ -22,20 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from transcription_api.capabilities import Engine, Mode
-from transcription_api.worker import WorkerSettings
-
-# Flags the launcher sets from the resource's spec; users set them there, not in engineArgs.
-MANAGED_FLAGS = {
-    "--model": "spec.model.name",
-    "--served-model-name": "spec.model.name / spec.model.aliases",
-    "--host": "(fixed)",
-    "--port": "(fixed)",
-    "--download-dir": "spec.model.cache",
-    "--revision": "spec.model.revision",
-    "--tensor-parallel-size": "spec.pools[].resources.gpus",
-    "-tp": "spec.pools[].resources.gpus",
-    "--max-num-seqs": "spec.pools[].mode (sequential sets 1)",
-}
+from transcription_api.worker import WorkerSettings, managed_flag, managed_flag_message
 
 
 class LaunchError(ValueError):
@@ -46,12 +33,12 @@ def vllm_args(s: WorkerSettings) -> list[str]:
     """The `vllm serve` command line for these settings; raises LaunchError when invalid."""
     if s.engine != Engine.VLLM:
         raise LaunchError(f"this image runs vLLM, but the pool's engine is {s.engine.value}")
+    # The CRD refuses these at admission; a resource applied before that rule existed
+    # still gets the same message here, before a GPU is touched.
     for arg in s.extra_args:
-        flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS:
-            raise LaunchError(
-                f"engineArgs must not set {flag}: it is derived from {MANAGED_FLAGS[flag]}"
-            )
+        flag = managed_flag(arg)
+        if flag:
+            raise LaunchError(managed_flag_message(flag))
     check_model(s)
     args = ["vllm", "serve", s.model, "--served-model-name", *s.served_names]
     args += ["--host", "0.0.0.0", "--port", str(s.port), "--download-dir", s.cache_dir]
