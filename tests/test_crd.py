@@ -113,6 +113,18 @@ INVALID_SPECS = [
         {"model": {"name": "m"}, "pools": [{"name": "frontend"}]},
         "pool names frontend, routes are reserved",
     ),
+    (
+        {"model": {"name": "m", "family": "audio-lm"}},
+        "model.family audio-lm runs on engine transformers only",
+    ),
+    (
+        {
+            "model": {"name": "m", "family": "audio-lm"},
+            "engine": "transformers",
+            "pools": [{"name": "a"}, {"name": "b", "engine": "faster-whisper"}],
+        },
+        "model.family audio-lm runs on engine transformers only",
+    ),
 ]
 
 
