@@ -80,7 +80,10 @@ def test_audio_lm_chat_is_covered_in_both_modes() -> None:
 def test_chat_needs_take_only_the_features_chat_can_use() -> None:
     s = spec(traffic={"endpoints": ["chat"], "features": ["stream", "word_timestamps"]})
     CH, S = Capability.CHAT, Capability.STREAM
-    assert traffic_needs(s) == [frozenset({CH}), frozenset({CH, S})]
+    assert traffic_needs(s.traffic.endpoints, s.traffic.features) == [
+        frozenset({CH}),
+        frozenset({CH, S}),
+    ]
 
 
 def test_word_timestamps_on_vllm_split_to_faster_whisper() -> None:
