@@ -13,7 +13,7 @@ VLLM_VENV := .venv-vllm
 VLLM_VERSION := $(shell sed -n 's|^FROM vllm/vllm-openai:v\([0-9.]*\).*|\1|p' worker_image/Dockerfile.vllm)
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
-.PHONY: help venv vllm-env system-deps testbed-build testbed-up testbed-down testbed-status \
+.PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
         test test-fast lint crds demo demo-down clean install.yaml bench
 
 help:
@@ -21,6 +21,7 @@ help:
 	@echo "make demo-down   stop everything the demo started"
 	@echo "make test        install everything, then run lint, type checks and all tests"
 	@echo "make test-fast   unit and integration tests only (no cluster)"
+	@echo "make test-transformers  real transformers serve (its own .venv-transformers)"
 
 # The virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -41,6 +42,26 @@ $(VLLM_STAMP):
 	touch $@
 
 vllm-env: $(VLLM_STAMP)
+
+# The transformers suite's own environment: torch + transformers are heavy (several GB with
+# the CUDA libraries PyPI's Linux torch wheel pulls in), so they never enter .venv. PyTorch's
+# CPU-only index is used when it can be reached, else plain PyPI.
+TVENV := .venv-transformers
+TSTAMP := $(TVENV)/.installed
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+$(TSTAMP): pyproject.toml
+	@echo "==> creating $(TVENV) (torch + transformers; first time: about 5 minutes and 6 GB)"
+	@start=$$(date +%s); \
+	$(PYTHON) -m venv $(TVENV) && \
+	$(TVENV)/bin/pip install --quiet --upgrade pip && \
+	if $(TVENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
+	  echo "    torch from the CPU-only index"; idx="--extra-index-url $(TORCH_CPU_INDEX)"; \
+	else echo "    the CPU-only torch index is unreachable: torch from PyPI"; idx=""; fi; \
+	$(TVENV)/bin/pip install --progress-bar off $$idx -e '.[transformers-test]' && \
+	echo "==> $(TVENV) ready in $$(( $$(date +%s) - start )) s" && touch $(TSTAMP)
+
+venv-transformers: $(TSTAMP)
 
 # Debian packages: espeak-ng speaks test sentences, sox converts audio, ffmpeg encodes the
 # compressed containers (mp3, m4a, webm, ogg); the test bed's real node needs runc, the CNI
@@ -77,8 +98,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: $(STAMP) $(VLLM_STAMP) system-deps testbed-build lint
+test: $(STAMP) $(VLLM_STAMP) system-deps testbed-build lint test-transformers
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Real `transformers serve` processes (both modes), in their own environment.
+test-transformers: $(TSTAMP) system-deps
+	$(TVENV)/bin/pytest tests/transformers_engine $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(VLLM_STAMP) system-deps
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
@@ -98,7 +123,7 @@ crds: $(STAMP)
 	$(BIN)/python -m transcription_api.findings --write
 
 clean: testbed-down
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TVENV) .pytest_cache .mypy_cache .ruff_cache
 
 bench: $(STAMP) system-deps testbed-build
 	$(BIN)/python -m bench $(BENCH)

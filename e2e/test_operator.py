@@ -202,6 +202,9 @@ INVALID = [
     ({"model": {"name": "m", "aliases": ["m"]}}, "model.aliases must not repeat model.name"),
     ({"model": {"name": "m", "source": "pvc"}}, "model.source 'pvc' needs model.claimName and model.path"),
     ({"pools": [{"name": "frontend"}]}, "pool names frontend, routes are reserved"),
+    ({"model": {"name": "m", "family": "audio-lm"}}, "model.family audio-lm runs on engine transformers only"),
+    ({"model": {"name": "m", "family": "audio-lm"}, "engine": "transformers", "pools": [{"name": "a", "engine": "vllm"}]},
+     "model.family audio-lm runs on engine transformers only"),
     ({"engine": "whisper.cpp"}, 'spec.engine: Unsupported value: "whisper.cpp"'),
     ({"pools": [{"name": "Bad_Name"}]}, "spec.pools[0].name in body should match"),
     ({"pools": [{"name": "a", "replicas": -1}]}, "spec.pools[0].replicas in body should be greater than or equal to 0"),
@@ -261,14 +264,15 @@ def test_uncovered_traffic_is_degraded_naming_the_capability(
 ) -> None:
     doc = {"apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionDeployment",
            "metadata": {"name": "chat"},
-           "spec": {"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}}}  # fmt: skip
+           "spec": {"model": {"name": "m"}, "engine": "transformers", "traffic": {"endpoints": ["chat"]}}}  # fmt: skip
     kubectl.apply(doc, namespace)
     c = wait_for(
         lambda: (x := condition(td_get(kubectl, namespace, "chat"), "Degraded")).get("status") == "True" and x,
         timeout=30, what="Degraded",
     )  # fmt: skip
     assert c["reason"] == "TrafficNotCovered"
-    assert "no pool can serve transcriptions: missing transcriptions" in c["message"]
+    # A Whisper model cannot chat on any engine (transformers serve: a bare 500).
+    assert "no pool can serve chat: missing chat" in c["message"]
 
 
 def test_quiet_minute_makes_no_writes_and_restart_changes_nothing(

@@ -136,6 +136,18 @@ INVALID_SPECS = [
         },
         "engineArgs must not set --served-model-name: it is derived from spec.model.name and spec.model.aliases",
     ),
+    (
+        {"model": {"name": "m", "family": "audio-lm"}},
+        "model.family audio-lm runs on engine transformers only",
+    ),
+    (
+        {
+            "model": {"name": "m", "family": "audio-lm"},
+            "engine": "transformers",
+            "pools": [{"name": "a"}, {"name": "b", "engine": "faster-whisper"}],
+        },
+        "model.family audio-lm runs on engine transformers only",
+    ),
 ]
 
 

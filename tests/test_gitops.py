@@ -72,7 +72,7 @@ SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
         ),
         (
             body(
-                {**SPEC, "engine": "transformers", "autoSplit": {"enabled": False}},
+                {**SPEC, "engine": "transformers", "traffic": {"endpoints": ["chat"]}},
                 [dep("whisper-default", 1, 1), dep("whisper-frontend", 1, 1)],
             ),
             "Degraded",

@@ -15,6 +15,7 @@ DOCKERFILES = [
     ROOT / "frontend_image" / "Dockerfile",
     ROOT / "worker_image" / "Dockerfile.cpu",
     ROOT / "worker_image" / "Dockerfile.vllm",
+    ROOT / "worker_image" / "Dockerfile.transformers",
     ROOT / "operator" / "Dockerfile",
 ]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -36,3 +37,16 @@ def test_dockerfile_runs_as_non_root_and_pins_the_version(path: Path) -> None:
     for pin in re.findall(r"transcription-operator\[\w+\]==([\w.]+)", text):
         assert pin == VERSION
     assert "FROM" in text and ":latest" not in text
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[str(p.relative_to(ROOT)) for p in DOCKERFILES])
+def test_entrypoint_is_a_command_the_project_installs(path: Path) -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    entrypoint = re.search(r'^ENTRYPOINT \["([\w-]+)"', path.read_text(), re.M)
+    assert entrypoint and entrypoint.group(1) in scripts
+
+
+def test_transformers_image_takes_its_base_as_a_build_argument() -> None:
+    text = (ROOT / "worker_image" / "Dockerfile.transformers").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}", "${BASE_IMAGE}"]

@@ -42,22 +42,48 @@ def test_vllm_covers_plain_traffic_without_a_split() -> None:
     assert not p.uncovered
 
 
-def test_transformers_continuous_gets_a_sequential_pool_of_its_own_engine() -> None:
-    """The classic case: CB mode answers 400 'requires sequential generation (not CB)'."""
+def test_transformers_whisper_transcribes_in_continuous_mode_without_a_split() -> None:
+    """transformers serve 5.24 runs a Whisper transcription on its sequential generation
+    thread even under --continuous-batching (recorded: cb_whisper_json): no split needed."""
     s = spec(
         engine="transformers", pools=[{"name": "chat", "replicas": 3, "resources": {"gpus": 1}}]
     )
-    p = plan(s)
-    assert summary(s) == [
-        ("chat", "transformers", "continuous", False),
-        ("auto-transformers", "transformers", "sequential", True),
+    assert summary(s) == [("chat", "transformers", "continuous", False)]
+    assert not plan(s).uncovered
+
+
+def test_chat_and_transcriptions_depend_on_the_model_family() -> None:
+    """Whisper cannot chat and an audio LM cannot use the transcription endpoint, in either
+    mode: no sequential pool would help, so nothing is added and the need is uncovered."""
+    traffic = {"endpoints": ["chat", "transcriptions"], "features": ["stream"]}
+    T, CH, S = Capability.TRANSCRIPTIONS, Capability.CHAT, Capability.STREAM
+    whisper = plan(spec(engine="transformers", traffic=traffic))
+    assert not whisper.automatic
+    assert whisper.uncovered == [frozenset({CH}), frozenset({CH, S})]
+    audio_lm = plan(spec(engine="transformers", traffic=traffic,
+                         model={"name": "m", "family": "audio-lm"}))  # fmt: skip
+    # No faster-whisper split either: it cannot run an audio language model.
+    assert not audio_lm.automatic
+    assert audio_lm.uncovered == [frozenset({T}), frozenset({T, S})]
+
+
+def test_audio_lm_chat_is_covered_in_both_modes() -> None:
+    for mode in ("continuous", "sequential"):
+        s = spec(engine="transformers", model={"name": "m", "family": "audio-lm"},
+                 pools=[{"name": "chat", "mode": mode}],
+                 traffic={"endpoints": ["chat"], "features": ["stream"]})  # fmt: skip
+        p = plan(s)
+        assert not p.automatic and not p.uncovered
+        assert p.pools[0].capabilities.capabilities == {Capability.CHAT, Capability.STREAM}
+
+
+def test_chat_needs_take_only_the_features_chat_can_use() -> None:
+    s = spec(traffic={"endpoints": ["chat"], "features": ["stream", "word_timestamps"]})
+    CH, S = Capability.CHAT, Capability.STREAM
+    assert traffic_needs(s.traffic.endpoints, s.traffic.features) == [
+        frozenset({CH}),
+        frozenset({CH, S}),
     ]
-    auto = p.automatic[0]
-    assert auto.covers == frozenset({Capability.TRANSCRIPTIONS})
-    assert auto.reason == "added for traffic needing transcriptions"
-    # Resources come from the pool it splits from; replicas from autoSplit.
-    assert auto.spec.resources.gpus == 1
-    assert auto.spec.replicas == 1
 
 
 def test_word_timestamps_on_vllm_split_to_faster_whisper() -> None:
@@ -72,13 +98,22 @@ def test_word_timestamps_on_vllm_split_to_faster_whisper() -> None:
     assert p.automatic[0].spec.replicas == 2
 
 
-def test_one_automatic_pool_serves_several_needs() -> None:
+def test_translations_on_transformers_split_to_faster_whisper() -> None:
     s = spec(engine="transformers", traffic={"endpoints": ["transcriptions", "translations"]})
     p = plan(s)
-    # transformers sequential cannot translate: faster-whisper covers both needs.
-    names = [x.name for x in p.automatic]
-    assert names == ["auto-transformers", "auto-faster-whisper"]
-    assert Capability.TRANSLATIONS in p.automatic[1].covers
+    # transformers serve has no translations route (recorded: 404).
+    assert [x.name for x in p.automatic] == ["auto-faster-whisper"]
+    assert p.automatic[0].covers == frozenset({Capability.TRANSLATIONS})
+
+
+def test_one_automatic_pool_serves_several_needs() -> None:
+    s = spec(traffic={"endpoints": ["transcriptions", "translations"],
+                      "features": ["word_timestamps"]})  # fmt: skip
+    p = plan(s)
+    assert [x.name for x in p.automatic] == ["auto-faster-whisper"]
+    assert p.automatic[0].covers == frozenset(
+        {Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS, Capability.WORD_TIMESTAMPS}
+    )
 
 
 def test_declared_pool_that_covers_the_traffic_prevents_the_split() -> None:
@@ -93,15 +128,15 @@ def test_declared_pool_that_covers_the_traffic_prevents_the_split() -> None:
 
 
 def test_split_disabled_leaves_the_need_uncovered() -> None:
-    s = spec(engine="transformers", autoSplit={"enabled": False})
+    s = spec(traffic={"features": ["word_timestamps"]}, autoSplit={"enabled": False})
     p = plan(s)
     assert not p.automatic
-    assert p.uncovered == [frozenset({Capability.TRANSCRIPTIONS})]
+    assert p.uncovered == [frozenset({Capability.TRANSCRIPTIONS, Capability.WORD_TIMESTAMPS})]
 
 
 def test_automatic_pool_name_avoids_declared_names() -> None:
-    s = spec(engine="transformers", pools=[{"name": "auto-transformers"}])
-    assert [x.name for x in plan(s).automatic] == ["auto-transformers-x"]
+    s = spec(traffic={"features": ["word_timestamps"]}, pools=[{"name": "auto-faster-whisper"}])
+    assert [x.name for x in plan(s).automatic] == ["auto-faster-whisper-x"]
 
 
 def test_the_added_pool_requests_no_more_gpus_than_its_engine_uses() -> None:
@@ -125,8 +160,3 @@ def test_the_added_pool_requests_no_more_gpus_than_its_engine_uses() -> None:
     s = spec(traffic={"features": ["word_timestamps"]}, pools=[{"name": "tp", "resources": big}],
              autoSplit={"resources": {"cpu": "2"}})  # fmt: skip
     assert plan(s).automatic[0].spec.resources.model_dump(exclude_defaults=True) == {"cpu": "2"}
-
-
-def test_a_split_of_the_same_engine_keeps_the_gpus_it_needs() -> None:
-    s = spec(engine="transformers", pools=[{"name": "chat", "resources": {"gpus": 1}}])
-    assert plan(s).automatic[0].spec.resources.gpus == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.conftest import make_td
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 from transcription_operator.config import OperatorConfig
@@ -129,29 +131,54 @@ def test_transition_time_moves_only_when_a_condition_changes(
 
 
 def test_split_is_reported() -> None:
-    td = make_td({"model": {"name": "m"}, "engine": "transformers"})
+    # transformers serve has no translations route: faster-whisper is added for them.
+    td = make_td({"model": {"name": "m"}, "engine": "transformers",
+                  "traffic": {"endpoints": ["transcriptions", "translations"]}})  # fmt: skip
     st = run(td, [])
     assert conditions(st)["AutoSplit"] == ("True", "SequentialPoolAdded")
     msg = next(c.message for c in st.conditions if c.type == "AutoSplit")
     assert msg == (
-        "added pool auto-transformers (transformers, sequential) for transcriptions: "
+        "added pool auto-faster-whisper (faster-whisper, sequential) for translations: "
         "1 replica, each requesting no GPU, CPU or memory"
     )
     auto = st.pools[1]
     assert auto.automatic
-    assert auto.reason == "added for traffic needing transcriptions"
+    assert auto.reason == "added for traffic needing translations"
 
 
 def test_uncovered_traffic_is_degraded_with_the_missing_capability() -> None:
-    td = make_td(
-        {"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}}
-    )
+    td = make_td({"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False},
+                  "traffic": {"endpoints": ["transcriptions", "translations"]}})  # fmt: skip
     st = run(td, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)])
     c = {c.type: c for c in st.conditions}
     assert (c["Degraded"].status.value, c["Degraded"].reason) == ("True", "TrafficNotCovered")
     assert c["Stalled"].status.value == "True"
     assert c["Ready"].status.value == "False"
-    assert "no pool can serve transcriptions: missing transcriptions" in c["Degraded"].message
+    assert c["Degraded"].message == (
+        "no pool can serve translations: missing translations in every pool; add a pool whose "
+        "engine serves it or enable autoSplit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "endpoint"),
+    [("whisper", "chat"), ("audio-lm", "transcriptions")],
+)
+def test_traffic_no_engine_serves_for_the_model_family_is_degraded(
+    family: str, endpoint: str
+) -> None:
+    """transformers serve: Whisper cannot chat; an audio LM cannot use the transcription
+    endpoint (a bare 500 in both modes). No split can help: the message says so."""
+    td = make_td({"model": {"name": "m", "family": family}, "engine": "transformers",
+                  "traffic": {"endpoints": ["chat", "transcriptions"]}})  # fmt: skip
+    st = run(td, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)])
+    c = {c.type: c for c in st.conditions}
+    assert (c["Degraded"].status.value, c["Degraded"].reason) == ("True", "TrafficNotCovered")
+    assert c["Degraded"].message == (
+        f"no pool can serve {endpoint}: missing {endpoint} in every pool, and no engine serves "
+        f"it for model family {family}"
+    )
+    assert conditions(st)["AutoSplit"] == ("False", "NoEngineCovers")
 
 
 def test_problems_found_by_the_reconciler_are_degraded(vllm_td: TranscriptionDeployment) -> None:
@@ -375,11 +402,12 @@ def test_spec_findings_are_degraded_as_the_admission_policy_warns() -> None:
 
 
 def test_auto_split_disabled_says_disabled_not_not_needed() -> None:
-    td = make_td({"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}})  # fmt: skip
+    td = make_td({"model": {"name": "m"}, "traffic": {"endpoints": ["translations"]},
+                  "engine": "transformers", "autoSplit": {"enabled": False}})  # fmt: skip
     st = observe(td, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)])
     assert cond(st, "AutoSplit") == (
         "False", "Disabled",
-        "spec.autoSplit.enabled is false; no declared pool serves transcriptions (see Degraded)",
+        "spec.autoSplit.enabled is false; no declared pool serves translations (see Degraded)",
     )  # fmt: skip
     td = make_td({"model": {"name": "m"}, "autoSplit": {"enabled": False}})
     assert cond(observe(td, []), "AutoSplit") == ("False", "Disabled", "spec.autoSplit.enabled is false")  # fmt: skip

@@ -5,6 +5,11 @@ The operator turns the traffic a resource declares into needs (`traffic_needs`) 
 sequential pool when no pool covers one (the automatic split); the frontend turns each
 request into needs (`request_needs`), routes it to a pool whose set covers them, and names
 the missing capability in a 400 when none can. Upload limits come from here too.
+
+What an engine serves can depend on the kind of model as much as on the mode: with
+`transformers serve`, a Whisper model transcribes in both modes and cannot chat, while an
+audio language model chats (audio input included) and cannot transcribe. So the lookup
+takes the model family too (`spec.model.family`).
 """
 
 from __future__ import annotations
@@ -32,9 +37,17 @@ class Mode(StrEnum):
     SEQUENTIAL = "sequential"
 
 
+class ModelFamily(StrEnum):
+    """What kind of model a deployment serves; decides, with engine and mode, what a pool serves."""
+
+    WHISPER = "whisper"  # speech-to-text: Whisper and models with its processor
+    AUDIO_LM = "audio-lm"  # a chat model that takes audio input (Qwen2-Audio, Voxtral, ...)
+
+
 class Capability(StrEnum):
     """One thing a request can need from a pool. The value is what error messages name."""
 
+    CHAT = "chat"  # POST /v1/chat/completions
     TRANSCRIPTIONS = "transcriptions"
     TRANSLATIONS = "translations"
     STREAM = "stream"
@@ -57,6 +70,11 @@ class CapabilitySet(BaseModel):
     max_concurrency: int | None = Field(
         default=None, description="Requests one replica runs at once (None: engine batches)."
     )
+    max_audio_seconds: float | None = Field(
+        default=None,
+        description="Longest audio transcribed whole; the engine silently drops the rest of "
+        "longer audio (None: no limit).",
+    )
     native_formats: frozenset[str] = Field(
         description="response_format values the engine renders itself; the frontend renders "
         "the others (text from the transcript, srt/vtt/json from segments)."
@@ -75,6 +93,7 @@ class CapabilitySet(BaseModel):
 
 
 C = Capability
+AUDIO = frozenset(Capability) - {Capability.CHAT}
 VLLM_MAX_UPLOAD = 25 * 1024 * 1024  # vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB default
 # The CPU worker spools uploads to disk and decodes them as a stream: the largest upload
 # the CRD lets a frontend accept (spec.frontend.maxUploadBytes) is the largest it takes.
@@ -84,6 +103,15 @@ _VLLM = frozenset(
     {C.TRANSCRIPTIONS, C.TRANSLATIONS, C.STREAM, C.SEGMENT_TIMESTAMPS, C.LANGUAGE_DETECTION}
 )
 
+_TRANSFORMERS_WHISPER = CapabilitySet(
+    capabilities=frozenset({C.TRANSCRIPTIONS, C.STREAM}),
+    max_concurrency=1,
+    max_audio_seconds=30,
+    native_formats=frozenset({"json"}),
+    stream_dialect="raw-text",
+)
+
+# Whisper-family models (the default), per (engine, mode).
 CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
     # vLLM transcribes in both modes; no word timestamps, no srt/vtt, `text` comes as JSON,
     # uploads over 25 MB are refused.
@@ -100,30 +128,56 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
     ),
     # Our CPU worker: everything, one request at a time.
     (Engine.FASTER_WHISPER, Mode.SEQUENTIAL): CapabilitySet(
-        capabilities=frozenset(Capability),
+        capabilities=AUDIO,
         max_upload_bytes=MAX_UPLOAD,
         max_concurrency=1,
         native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
     ),
-    # `transformers serve` in continuous-batching mode refuses transcription ("requires
-    # sequential generation (not CB)"): it serves chat only.
-    (Engine.TRANSFORMERS, Mode.CONTINUOUS): CapabilitySet(
-        capabilities=frozenset(),
-        native_formats=frozenset(),
-    ),
-    # Sequential transformers transcribes, text only (no segments; verbose_json ignored).
-    (Engine.TRANSFORMERS, Mode.SEQUENTIAL): CapabilitySet(
-        capabilities=frozenset({C.TRANSCRIPTIONS, C.STREAM, C.LANGUAGE_DETECTION}),
-        max_concurrency=1,
-        native_formats=frozenset({"json"}),
-        stream_dialect="raw-text",
-    ),
+    # `transformers serve` (5.24) with a Whisper model; evidence in tests/transformers_engine/
+    # and its recordings in tests/fixtures/transformers-5.24/. The same in both modes: under
+    # --continuous-batching a transcription still runs on the sequential generation thread
+    # (`cb_whisper_json`; the "requires sequential generation (not CB)" 400 is unreachable),
+    # one at a time. Only `{"text"}` comes back, whatever response_format asks
+    # (`espeak_verbose_json`, `espeak_srt`): no segments. `stream` sends bare text deltas
+    # (`espeak_stream`, `cb_whisper_stream`). No translations route (`translations`, 404);
+    # audio past 30 s is dropped (`long_audio`); `language` is ignored, so language detection
+    # is not claimed; no chat for Whisper (`whisper_chat`, 500).
+    (Engine.TRANSFORMERS, Mode.CONTINUOUS): _TRANSFORMERS_WHISPER,
+    (Engine.TRANSFORMERS, Mode.SEQUENTIAL): _TRANSFORMERS_WHISPER,
 }
 
 
-def capability_set(engine: Engine, mode: Mode) -> CapabilitySet | None:
-    """The capability set of a pair, or None when the engine cannot run in that mode."""
-    return CAPABILITIES.get((engine, mode))
+# Audio language models: `transformers serve` chats with them, audio input included
+# (`cb_audio_lm_chat_audio`; streamed: `cb_audio_lm_chat_stream`), in both modes. They are
+# never batched (it batches text-only models alone and falls back to sequential generation),
+# and its transcription endpoint fails on their processors with a bare 500 in both modes
+# (`cb_audio_lm_transcription`, `audio_lm_transcription`). Other engines: not shown to serve
+# them.
+_TRANSFORMERS_AUDIO_LM = CapabilitySet(
+    capabilities=frozenset({C.CHAT, C.STREAM}),
+    max_concurrency=1,
+    native_formats=frozenset(),
+)
+FAMILY_CAPABILITIES: dict[ModelFamily, dict[tuple[Engine, Mode], CapabilitySet]] = {
+    ModelFamily.WHISPER: CAPABILITIES,
+    ModelFamily.AUDIO_LM: {
+        (Engine.TRANSFORMERS, Mode.CONTINUOUS): _TRANSFORMERS_AUDIO_LM,
+        (Engine.TRANSFORMERS, Mode.SEQUENTIAL): _TRANSFORMERS_AUDIO_LM,
+    },
+}
+
+
+def capability_set(
+    engine: Engine, mode: Mode, family: ModelFamily = ModelFamily.WHISPER
+) -> CapabilitySet | None:
+    """The capability set of a pair for a model family, or None when the engine cannot run
+    in that mode or cannot serve that family at all."""
+    return FAMILY_CAPABILITIES[family].get((engine, mode))
+
+
+def family_engines(family: ModelFamily) -> list[Engine]:
+    """Engines that can serve a model family at all."""
+    return list(dict.fromkeys(e for (e, _) in FAMILY_CAPABILITIES[family]))
 
 
 def supported_modes(engine: Engine) -> list[Mode]:
@@ -158,13 +212,22 @@ def request_needs(
     return frozenset(needs)
 
 
+# The declared features a chat request can use; the others are about transcripts.
+CHAT_FEATURES = frozenset({Capability.STREAM})
+
+
 def traffic_needs(endpoints: Iterable[str], features: Iterable[str]) -> list[frozenset[Capability]]:
-    """Kinds of request declared traffic sends: each endpoint, alone and with each feature."""
-    feats = list(features)
+    """Kinds of request declared traffic sends: each endpoint, alone and with each feature
+    that applies to it."""
+    feats = [Capability(f) for f in features]
     needs: list[frozenset[Capability]] = []
-    for endpoint in endpoints:
-        needs.append(frozenset({Capability(endpoint)}))
-        needs.extend(frozenset({Capability(endpoint), Capability(f)}) for f in feats)
+    for endpoint in map(Capability, endpoints):
+        needs.append(frozenset({endpoint}))
+        needs.extend(
+            frozenset({endpoint, f})
+            for f in feats
+            if endpoint != Capability.CHAT or f in CHAT_FEATURES
+        )
     return needs
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .capabilities import Capability, CapabilitySet, Engine, Mode, capability_set
+from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily, capability_set
 
 ROUTES_KEY = "routes.json"
 
@@ -24,6 +24,17 @@ class PoolRoute(BaseModel):
     service: str = Field(description="Service name; its EndpointSlices list the workers.")
     port: int = Field(default=8000, description="Worker HTTP port.")
     automatic: bool = Field(default=False, description="Added by the automatic split.")
+    family: ModelFamily = Field(
+        default=ModelFamily.WHISPER,
+        description="Kind of model the pool runs; with engine and mode, decides its capabilities.",
+    )
+    worker_model: str | None = Field(
+        default=None,
+        description="The `model` value this pool's workers accept. Set for engines without "
+        "aliases (transformers serve answers to the name it loaded, nothing else): the "
+        "frontend replaces the request's `model` with it. None: the workers answer to every "
+        "served name.",
+    )
     endpoints: list[str] = Field(
         default_factory=list,
         description="Static worker base URLs (local runs); empty in a cluster, where "
@@ -32,9 +43,9 @@ class PoolRoute(BaseModel):
 
     @property
     def capability_set(self) -> CapabilitySet:
-        caps = capability_set(self.engine, self.mode)
+        caps = capability_set(self.engine, self.mode, self.family)
         if caps is None:  # the operator never writes such a pool
-            raise ValueError(f"{self.engine}/{self.mode} is not a valid pool")
+            raise ValueError(f"{self.engine}/{self.mode} ({self.family}) is not a valid pool")
         return caps
 
     @property

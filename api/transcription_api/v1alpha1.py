@@ -16,7 +16,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .capabilities import MAX_UPLOAD, Capability, Engine, Mode, capability_set, supported_modes
+from .capabilities import (
+    MAX_UPLOAD,
+    Capability,
+    Engine,
+    Mode,
+    ModelFamily,
+    capability_set,
+    family_engines,
+    supported_modes,
+)
 from .worker import MANAGED_FLAGS, managed_flag, managed_flag_message
 
 GROUP = "transcription.dev"
@@ -169,6 +178,13 @@ class ModelSpec(_Model):
     cache: CacheSpec = Field(
         default_factory=CacheSpec, description="The model cache volume of the workers."
     )
+    family: ModelFamily = Field(
+        default=ModelFamily.WHISPER,
+        description="What kind of model it is, which decides what each engine serves with it: "
+        "'whisper' (speech-to-text: the audio endpoints) or 'audio-lm' (a chat model that "
+        "takes audio input, e.g. Qwen2-Audio or Voxtral: chat completions; engine "
+        "transformers only).",
+    )
 
     @property
     def served_names(self) -> list[str]:
@@ -301,10 +317,11 @@ class AutoSplitSpec(_Model):
 class TrafficSpec(_Model):
     """The traffic the deployment must serve; the operator makes sure some pool covers it."""
 
-    endpoints: list[Literal["transcriptions", "translations"]] = Field(
+    endpoints: list[Literal["transcriptions", "translations", "chat"]] = Field(
         default_factory=lambda: ["transcriptions"],  # type: ignore[arg-type]
-        description="OpenAI endpoints served: transcriptions, translations.",
-        max_length=2,
+        description="OpenAI endpoints served: transcriptions, translations, chat "
+        "(/v1/chat/completions).",
+        max_length=3,
     )
     features: list[
         Literal["stream", "segment_timestamps", "word_timestamps", "language_detection"]
@@ -410,6 +427,31 @@ class PodOverrides(_Model):
 # --------------------------------------------------------------------------- spec
 
 
+def _family_rules() -> list[dict[str, str]]:
+    """CEL rules rejecting engines that cannot serve the model family at all."""
+    rules = []
+    for family in ModelFamily:
+        engines = family_engines(family)
+        if set(engines) == set(Engine):
+            continue
+        allowed = "[" + ", ".join(f"'{e.value}'" for e in engines) + "]"
+        rules.append(
+            cel(
+                f"!has(self.model.family) || self.model.family != '{family.value}' || "
+                f"(self.engine in {allowed} && (!has(self.pools) || self.pools.all(p, "
+                f"!has(p.engine) || p.engine in {allowed})))",
+                _family_message(family),
+                field_path=".engine",
+            )
+        )
+    return rules
+
+
+def _family_message(family: ModelFamily) -> str:
+    engines = " or ".join(e.value for e in family_engines(family))
+    return f"model.family {family.value} runs on engine {engines} only"
+
+
 def _engine_mode_rules() -> list[dict[str, str]]:
     """CEL rules rejecting (engine, mode) pairs the capability table does not have."""
     rules = []
@@ -449,6 +491,7 @@ class TranscriptionDeploymentSpec(_Model):
                 field_path=".pools",
             ),
             *_engine_mode_rules(),
+            *_family_rules(),
         )
     )
 
@@ -522,6 +565,9 @@ def spec_problems(spec: TranscriptionDeploymentSpec) -> list[str]:
             flag = managed_flag(arg)
             if flag and managed_flag_message(flag) not in out:
                 out.append(managed_flag_message(flag))
+    engines = {spec.engine, *(p.engine for p in spec.pools if p.engine)}
+    if not engines <= set(family_engines(m.family)):
+        out.append(_family_message(m.family))
     return out
 
 

@@ -11,7 +11,7 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .capabilities import Engine, Mode
+from .capabilities import Engine, Mode, ModelFamily
 
 SETTINGS_ENV = "TRANSCRIPTION_WORKER_SETTINGS"
 WORKER_PORT = 8000
@@ -58,6 +58,9 @@ class WorkerSettings(BaseModel):
         min_length=1, description="Names the model answers to (primary first, then aliases)."
     )
     revision: str | None = Field(default=None, description="Hub revision.")
+    family: ModelFamily = Field(
+        default=ModelFamily.WHISPER, description="Kind of model (whisper, audio-lm)."
+    )
     gpus: int = Field(default=0, ge=0, description="GPUs of the replica (tensor parallel size).")
     port: int = Field(default=WORKER_PORT, ge=1, le=65535, description="HTTP port.")
     cache_dir: str = Field(default=CACHE_DIR, description="Download/cache directory.")
@@ -69,6 +72,15 @@ class WorkerSettings(BaseModel):
         default=16, ge=0, description="Requests a sequential worker queues before 503."
     )
     extra_args: list[str] = Field(default_factory=list, description="Passed to the engine last.")
+
+    @property
+    def model_reference(self) -> str:
+        """The model as `transformers serve` names it: a local directory as it is, a hub id
+        with `@revision` when one is set. That server has no aliases: every request must
+        name the model exactly so (the route table's `worker_model`)."""
+        if self.revision and not self.model.startswith("/"):
+            return f"{self.model}@{self.revision}"
+        return self.model
 
     def to_env(self) -> str:
         return self.model_dump_json(exclude_defaults=True)

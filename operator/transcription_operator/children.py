@@ -149,6 +149,7 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
         model=model,
         served_names=m.served_names,
         revision=m.revision,
+        family=m.family,
         gpus=pool.spec.resources.gpus,
         gpu_memory_utilization=pool.spec.gpu_memory_utilization,
         max_model_len=pool.spec.max_model_len,
@@ -328,6 +329,10 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 service=pool_object_name(td, p.name),
                 port=WORKER_PORT,
                 automatic=p.automatic,
+                family=p.family,
+                worker_model=worker_settings(td, p).model_reference
+                if p.engine == Engine.TRANSFORMERS
+                else None,
             )
             for p in the_plan.pools
         ],

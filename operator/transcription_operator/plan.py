@@ -17,6 +17,7 @@ from transcription_api.capabilities import (
     CapabilitySet,
     Engine,
     Mode,
+    ModelFamily,
     capability_set,
     covered,
     traffic_needs,
@@ -47,6 +48,7 @@ class PlannedPool:
     mode: Mode
     automatic: bool = False
     covers: frozenset[Capability] = frozenset()  # for automatic pools: the need it serves
+    family: ModelFamily = ModelFamily.WHISPER
 
     @property
     def name(self) -> str:
@@ -54,8 +56,8 @@ class PlannedPool:
 
     @property
     def capabilities(self) -> CapabilitySet:
-        caps = capability_set(self.engine, self.mode)
-        assert caps is not None, "plan() only yields valid (engine, mode) pairs"
+        caps = capability_set(self.engine, self.mode, self.family)
+        assert caps is not None, "plan() only yields valid (engine, mode, family) triples"
         return caps
 
     @property
@@ -84,13 +86,15 @@ def declared_pools(spec: TranscriptionDeploymentSpec) -> list[PlannedPool]:
     out = []
     for p in pools:
         engine = spec.pool_engine(p)
-        out.append(PlannedPool(spec=p, engine=engine, mode=p.mode or default_mode(engine)))
+        mode = p.mode or default_mode(engine)
+        out.append(PlannedPool(spec=p, engine=engine, mode=mode, family=spec.model.family))
     return out
 
 
 def describe(need: frozenset[Capability]) -> str:
     """'transcriptions with word_timestamps'"""
-    endpoint = next(c for c in need if c in (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS))
+    endpoints = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS, Capability.CHAT)
+    endpoint = next(c for c in need if c in endpoints)
     rest = sorted(need - {endpoint})
     return endpoint.value + (" with " + ", ".join(rest) if rest else "")
 
@@ -107,7 +111,8 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
         split_needs.append(need)
         if any(p.capabilities.covers(need) for p in pools):
             continue  # an automatic pool added for an earlier need covers this one too
-        engine = _split_engine(spec.engine, need) if spec.auto_split.enabled else None
+        family = spec.model.family
+        engine = _split_engine(spec.engine, need, family) if spec.auto_split.enabled else None
         if engine is None:
             uncovered.append(need)
             continue
@@ -121,6 +126,7 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
                 engine=engine,
                 mode=Mode.SEQUENTIAL,
                 automatic=True,
+                family=family,
             )
         )
     # Say what each automatic pool is there for: the needs no declared pool covers.
@@ -133,15 +139,18 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
             mode=p.mode,
             automatic=True,
             covers=frozenset().union(*(n for n in split_needs if p.capabilities.covers(n))),
+            family=p.family,
         )
         for p in pools
     ]
     return Plan(pools=pools, uncovered=uncovered)
 
 
-def _split_engine(default: Engine, need: frozenset[Capability]) -> Engine | None:
+def _split_engine(
+    default: Engine, need: frozenset[Capability], family: ModelFamily
+) -> Engine | None:
     for engine in (default, *SPLIT_FALLBACK_ENGINES):
-        caps = capability_set(engine, Mode.SEQUENTIAL)
+        caps = capability_set(engine, Mode.SEQUENTIAL, family)
         if caps is not None and caps.covers(need):
             return engine
     return None

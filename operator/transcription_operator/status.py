@@ -244,14 +244,13 @@ def compute_status(
 
     problems = list(observed.problems)
     for need in the_plan.uncovered:
-        problems.append(
-            (
-                "TrafficNotCovered",
-                f"no pool can serve {describe(need)}: missing "
-                + ", ".join(sorted(need))
-                + " in every pool; add a pool whose engine serves it or enable autoSplit",
-            )
-        )
+        missing = f"no pool can serve {describe(need)}: missing " + ", ".join(sorted(need))
+        if td.spec.auto_split.enabled:
+            family = td.spec.model.family.value
+            hint = f" in every pool, and no engine serves it for model family {family}"
+        else:
+            hint = " in every pool; add a pool whose engine serves it or enable autoSplit"
+        problems.append(("TrafficNotCovered", missing + hint))
     problems += findings(td.spec)
     problems += no_capacity(td, the_plan)
     problems += progress.failed
