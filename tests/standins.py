@@ -75,6 +75,8 @@ class Behaviour:
     # End the stream with vLLM's error event after this many chunks (then `[DONE]`, as
     # vLLM's stream generator does when the engine fails part-way).
     fail_stream_after: int | None = None
+    # Break the connection after this many chunks, as a worker killed mid-stream does.
+    cut_stream_after: int | None = None
     seen: list[Seen] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -183,6 +185,8 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
 
         async def gen() -> AsyncIterator[bytes]:
             for i, e in enumerate(events):
+                if i == b.cut_stream_after:
+                    raise ConnectionAbortedError("worker killed mid-stream (stand-in)")
                 if i == b.fail_stream_after:
                     yield f"data: {json.dumps(STREAM_ERROR)}\n\ndata: [DONE]\n\n".encode()
                     return
@@ -240,6 +244,62 @@ def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
 
     return Starlette(routes=[Route("/v1/audio/transcriptions", transcribe, methods=["POST"]),
                              Route("/health", health)])  # fmt: skip
+
+
+class RawWorker:
+    """A worker that fails below HTTP, as a killed or hung one does, on a real socket:
+
+    - "close":  reads the request head, then closes the connection (killed before answering)
+    - "partial": sends a 200 head and part of its body, then closes (killed mid-answer)
+    - "silent": reads the request and never answers (hung)
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.connections = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+        server.close()
+        self._loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if self.mode == "partial":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: 100\r\n\r\n{\"text\": \"par")  # fmt: skip
+                await writer.drain()
+            elif self.mode == "silent":
+                await asyncio.sleep(3600)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        self._thread.join(timeout=5)
 
 
 def free_port() -> int:
