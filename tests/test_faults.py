@@ -58,7 +58,9 @@ def pool() -> Iterator[Callable[..., Frontend]]:
     started: list[Frontend] = []
 
     def make(urls: list[str] | None = None, **gateway: Any) -> Frontend:
-        table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool_route("batch", urls or [])])
+        table = RouteTable(
+            model=PRIMARY, aliases=["whisper-1"], pools=[pool_route("batch", urls or [])]
+        )
         started.append(Frontend(table, **gateway))
         return started[-1]
 

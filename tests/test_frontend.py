@@ -68,13 +68,15 @@ class Frontend:
         text = httpx.get(f"{self.url}/metrics").text
         total = 0.0
         for line in text.splitlines():
-            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            if line.startswith((name + "{", name + " ")) and all(
+                f'{k}="{v}"' in line for k, v in labels.items()
+            ):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
 
 def endpoint_slice(
-    service: str, urls: list[str], terminating: Sequence[str] = ()
+    service: str, urls: list[str], terminating: Sequence[str] = (), name: str = "abcde"
 ) -> dict[str, Any]:
     """An EndpointSlice of `service` listing base URLs (one port for all: the slice's)."""
     port = int((urls or terminating or ["http://x:8000"])[0].rsplit(":", 1)[1])
@@ -92,7 +94,7 @@ def endpoint_slice(
         }
         for u in terminating
     ]
-    return {"metadata": {"name": f"{service}-abcde", "labels": {"kubernetes.io/service-name": service}},
+    return {"metadata": {"name": f"{service}-{name}", "labels": {"kubernetes.io/service-name": service}},
             "ports": [{"name": "http", "port": port}], "endpoints": eps}  # fmt: skip
 
 
