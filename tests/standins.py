@@ -252,6 +252,7 @@ class RawWorker:
     - "close":  reads the request head, then closes the connection (killed before answering)
     - "partial": sends a 200 head and part of its body, then closes (killed mid-answer)
     - "silent": reads the request and never answers (hung)
+    - "stall":  starts vLLM's recorded stream, sends its first event, then nothing (hung)
     """
 
     def __init__(self, mode: str) -> None:
@@ -283,6 +284,13 @@ class RawWorker:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                              b"content-length: 100\r\n\r\n{\"text\": \"par")  # fmt: skip
                 await writer.drain()
+            elif self.mode == "stall":
+                event = recording(VLLM, "stream")[2].split("\n\n")[0].encode() + b"\n\n"
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n"
+                             + f"{len(event):x}\r\n".encode() + event + b"\r\n")  # fmt: skip
+                await writer.drain()
+                await asyncio.sleep(3600)
             elif self.mode == "silent":
                 await asyncio.sleep(3600)
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -249,6 +249,21 @@ def test_a_hung_worker_times_out_with_504_and_is_not_retried(
         hung.stop()
 
 
+def test_a_stream_that_stalls_ends_with_an_error_event_after_the_read_timeout(
+    pool: Callable[..., Frontend],
+) -> None:
+    hung = RawWorker("stall")
+    try:
+        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read=1.0))
+        started = time.monotonic()
+        events = sse_events(fe.post({"model": PRIMARY, "stream": "true"}))
+        assert 0.9 < time.monotonic() - started < 5
+        assert [e["type"] for e in events] == ["transcript.text.delta", "error"]
+        assert "its stream sent nothing for longer than the worker read timeout" in events[-1]["error"]["message"]  # fmt: skip
+    finally:
+        hung.stop()
+
+
 def test_a_terminating_endpoint_finishes_its_requests_and_gets_no_new_ones(
     pool: Callable[..., Frontend], ex: concurrent.futures.ThreadPoolExecutor
 ) -> None:

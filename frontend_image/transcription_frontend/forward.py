@@ -92,9 +92,16 @@ class MultipartBody:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         f = self.upload.file
         assert f is not None
-        f.seek(0)
         yield self.head
-        while chunk := f.read(CHUNK):
+        # Each piece is read at its own offset, seek and read with no await between: a
+        # failed attempt's body that is still being sent cannot move a retry's position.
+        offset = 0
+        while True:
+            f.seek(offset)
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            offset += len(chunk)
             yield chunk
         yield self.tail
 

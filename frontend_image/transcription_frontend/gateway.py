@@ -80,10 +80,10 @@ class Gateway:
             self.client = client
             self.load.peers.client = client
             scaler = None
-            if self.scaler_port is not None:
-                scaler = await serve_scaler(self.load, self.router, self.scaler_host,
-                                            self.scaler_port)  # fmt: skip
             try:
+                if self.scaler_port is not None:
+                    scaler = await serve_scaler(self.load, self.router, self.scaler_host,
+                                                self.scaler_port)  # fmt: skip
                 yield
             finally:
                 if scaler is not None:
