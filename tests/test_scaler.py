@@ -262,9 +262,10 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
         )
         done += [ex.submit(fe.post, {"model": PRIMARY}) for fe in (a, b)]
         wait_until(lambda: held(a) == held(b) == 1, what="holds")
-        # Either replica answers with the total: 2 in flight + 2 held.
+        # Either replica answers with the total: 2 in flight + 2 held (once its peer's
+        # report, cached for a second, is fresh).
         for s in scalers:
-            assert s.value(ref()) == 4
+            wait_until(lambda s=s: s.value(ref()) == 4, timeout=3, what="the total of 4")
             assert s.is_active(ref(), timeout=5).result
         # A new pod becomes ready: everything is served, and the load goes back to 0.
         for fe in (a, b):
@@ -319,7 +320,7 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
             sent = time.monotonic()
             first = ex.submit(a.post, {"model": PRIMARY})
             wait_until(lambda: len(pushed) == 2, what="a push")
-            assert pushed[1][1] is True and pushed[1][0] - sent < 0.5
+            assert pushed[1][1] is True and pushed[1][0] - sent < 0.9  # not at the next 1 s tick
             a.endpoints("batch", [slow[0].url])
             assert first.result(timeout=10).status_code == 200
             wait_until(lambda: len(pushed) == 3, timeout=3, what="the idle push")
@@ -327,8 +328,8 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
             # A request held on the other replica reaches this stream within a tick or two.
             sent = time.monotonic()
             second = ex.submit(b.post, {"model": PRIMARY})
-            wait_until(lambda: len(pushed) == 4, timeout=4, what="the peer's demand")
-            assert pushed[3][1] is True and pushed[3][0] - sent < 2.5
+            wait_until(lambda: len(pushed) == 4, timeout=6, what="the peer's demand")
+            assert pushed[3][1] is True and pushed[3][0] - sent < 4
             b.endpoints("batch", [slow[0].url])
             assert second.result(timeout=10).status_code == 200
     finally:

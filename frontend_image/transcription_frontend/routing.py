@@ -67,17 +67,19 @@ class Router:
         self.table = table
         for pool in table.pools:
             if pool.endpoints:
-                self.set_endpoints(pool.name, pool.endpoints)
+                self._set(pool.name, list(pool.endpoints))  # static: in the table's order
             elif pool.name not in self._endpoints:
-                self.set_endpoints(pool.name, [])
+                self._set(pool.name, [])
 
     def set_endpoints(self, pool: str, urls: list[str]) -> None:
         """Replace the ready endpoints of a pool (from discovery)."""
-        new = sorted(urls)
-        for url in new:
+        self._set(pool, sorted(urls))
+
+    def _set(self, pool: str, urls: list[str]) -> None:
+        for url in urls:
             self._state.setdefault(url, EndpointState())
-        if self._endpoints.get(pool) != new:
-            self._endpoints[pool] = new
+        if self._endpoints.get(pool) != urls:
+            self._endpoints[pool] = urls
             self._changed(pool)
 
     def on_change(self, listener: Callable[[str], None]) -> None:
