@@ -329,7 +329,10 @@ class Running:
 
 def start(app: Any, port: int | None = None) -> Running:
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # A bounded graceful shutdown: a test that fails with requests still open (held by a
+    # frontend, say) must not wait for them.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=5)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

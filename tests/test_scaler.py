@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from tests.standins import Behaviour, Running, free_port, serve, vllm_app
 from tests.test_frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
+from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.externalscaler import externalscaler_pb2 as pb
 from transcription_frontend.externalscaler.generate import OUTPUTS, generate
@@ -336,6 +337,31 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
         stream.cancel()
         reader.join(timeout=5)
     assert ended == [grpc.StatusCode.CANCELLED]  # by this client; the server never ended it
+
+
+def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
+    slow: tuple[Running, Behaviour],
+) -> None:
+    """A continuous pool at zero whose traffic a sequential pool also serves must still be
+    woken: what the fallback serves in its place counts as its load."""
+    table = RouteTable(model=PRIMARY, pools=[
+        pool("batch", []),
+        pool("words", [slow[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL),
+    ])  # fmt: skip
+    fe = Frontend(table, scaler_port=free_port(), scaler_host="127.0.0.1")
+    try:
+        s = Scaler(fe.gateway.scaler_port or 0)
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            served = ex.submit(fe.post, {"model": PRIMARY})
+            wait_until(lambda: slow[1].in_flight == 1, what="the request at the fallback")
+            load = httpx.get(f"{fe.url}/internal/load").json()["pools"]
+            assert load == {"batch": {"in_flight": 0, "held": 0, "spilled": 1},
+                            "words": {"in_flight": 1, "held": 0, "spilled": 0}}  # fmt: skip
+            assert s.value(ref()) == 1 and s.is_active(ref(), timeout=5).result
+            assert served.result(timeout=10).status_code == 200
+        assert s.value(ref()) == 0
+    finally:
+        fe.running.stop()
 
 
 def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend]) -> None:

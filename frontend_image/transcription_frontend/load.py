@@ -5,7 +5,11 @@ KEDA's gRPC connection reaches one replica through the frontend Service, so each
 answers with the total: its own load, always fresh, plus what its peers (the other
 endpoints of its Service, from discovery) report at `GET /internal/load`:
 
-    {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1}}}
+    {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1, "spilled": 0}}}
+
+`spilled` counts requests in flight at a fallback pool because this pool, which they
+prefer, had no ready worker: without it, a continuous pool at zero whose traffic a
+sequential pool can also serve would never be woken.
 
 Peers' reports are fetched together, each within `PEER_TIMEOUT`, and reused for
 `CACHE_SECONDS`; a peer that does not answer is left out until it does (the total
@@ -43,6 +47,14 @@ class PoolLoad(BaseModel):
 
     in_flight: int = Field(default=0, ge=0, description="Requests at a worker of the pool.")
     held: int = Field(default=0, ge=0, description="Requests held until the pool has one.")
+    spilled: int = Field(
+        default=0, ge=0,
+        description="Requests at a fallback pool because this one, preferred, had no worker.",
+    )  # fmt: skip
+
+    @property
+    def total(self) -> int:
+        return self.in_flight + self.held + self.spilled
 
 
 class LoadReport(BaseModel):
@@ -55,8 +67,8 @@ class LoadReport(BaseModel):
 
 
 def total(reports: Iterable[LoadReport], pool: str) -> int:
-    """In flight plus held for `pool`, over the reports of distinct replicas."""
-    return sum(r.pools[pool].in_flight + r.pools[pool].held for r in reports if pool in r.pools)
+    """In flight plus held (plus spilled) for `pool`, over the reports of distinct replicas."""
+    return sum(r.pools[pool].total for r in reports if pool in r.pools)
 
 
 class Peers:
@@ -119,7 +131,9 @@ class Load:
             instance=self.peers.instance,
             pools={
                 p.name: PoolLoad(
-                    in_flight=self.router.pool_in_flight(p.name), held=self.holds.held(p.name)
+                    in_flight=self.router.pool_in_flight(p.name),
+                    held=self.holds.held(p.name),
+                    spilled=self.router.pool_spilled(p.name),
                 )
                 for p in self.router.table.pools
             },

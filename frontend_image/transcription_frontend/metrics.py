@@ -57,6 +57,12 @@ HELD = Gauge(
     "Requests held while their pool has no worker to take them (e.g. scaling from zero).",
     ["pool"],
 )
+SPILLED = Gauge(
+    "transcription_frontend_spilled_requests",
+    "Requests in flight at a fallback pool because this pool, which they prefer, had no "
+    "ready worker (e.g. a continuous pool at zero): they count as its load for autoscaling.",
+    ["pool"],
+)
 HELD_BYTES = Gauge(
     "transcription_frontend_held_bytes",
     "Bytes of the uploads held, all pools together (spooled to disk).",

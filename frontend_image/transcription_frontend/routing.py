@@ -58,6 +58,7 @@ class Router:
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
         self._pool_in_flight: dict[str, int] = {}
+        self._spilled: dict[str, int] = {}
         self._listeners: list[Callable[[str], None]] = []
         self.set_table(table)
 
@@ -158,6 +159,15 @@ class Router:
     def pool_in_flight(self, pool: str) -> int:
         """Requests of this pool at a worker now (terminating endpoints included)."""
         return self._pool_in_flight.get(pool, 0)
+
+    def spill(self, pool: str, n: int) -> None:
+        """`n` more (or fewer) requests that `pool` would have served first are at a
+        fallback pool because it had no ready worker: demand for `pool` all the same."""
+        self._spilled[pool] = self._spilled.get(pool, 0) + n
+        metrics.SPILLED.labels(pool=pool).inc(n)
+
+    def pool_spilled(self, pool: str) -> int:
+        return self._spilled.get(pool, 0)
 
     def succeeded(self, url: str) -> None:
         self._st(url).failures = 0

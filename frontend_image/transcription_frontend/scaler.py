@@ -7,8 +7,9 @@ A ScaledObject per pool points its `external-push` trigger at the frontend Servi
     target  requests (in flight + held) per replica the pool should run at: a number > 0
 
 - GetMetricSpec: one metric, `pool-<pool>`, whose target is `target`.
-- GetMetrics: its value, the pool's requests in flight plus held, summed over every
-  frontend replica (`load.py`).
+- GetMetrics: its value, the pool's requests in flight plus held (plus those it would
+  have served first, spilled to a fallback pool while it had no worker), summed over
+  every frontend replica (`load.py`).
 - IsActive: that value > 0.
 - StreamIsActive: the same, pushed: at once when a request starts being held here (so a
   pool at zero is woken without waiting for KEDA's polling interval), whenever it changes
