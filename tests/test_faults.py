@@ -374,3 +374,23 @@ def test_a_busy_scaler_port_stops_the_frontend_with_a_clear_error(tmp_path: Path
     assert out.returncode == 3
     assert f"cannot serve KEDA's external scaler on 127.0.0.1:{busy}" in out.stderr
     assert "--scaler-port" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--hold-timeout", "0"), ("--hold-max-requests", "-1"), ("--hold-max-bytes", "0"),
+     ("--worker-read-timeout", "0"), ("--shutdown-grace", "0")],
+)  # fmt: skip
+def test_bad_bounds_are_refused_at_start(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transcription_frontend.main import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--routes", "r.json", flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: must be > 0, got {value}" in capsys.readouterr().err
+    defaults = parse_args(["--routes", "r.json"])
+    assert (defaults.scaler_port, defaults.peers_service, defaults.hold_max_requests,
+            defaults.hold_max_bytes, defaults.hold_timeout, defaults.shutdown_grace) == (
+        9090, None, 100, 1024**3, 300.0, 30)  # fmt: skip
