@@ -14,7 +14,7 @@ VLLM_VERSION := $(shell sed -n 's|^FROM vllm/vllm-openai:v\([0-9.]*\).*|\1|p' wo
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 .PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
-        test test-fast lint crds demo demo-down clean install.yaml bench
+        test test-fast lint crds protos demo demo-down clean install.yaml bench
 
 help:
 	@echo "make demo        bring up the local test bed and the demo (see README)"
@@ -116,6 +116,10 @@ demo-down:
 
 install.yaml: $(STAMP)
 	$(BIN)/python charts/render_install.py
+
+# KEDA's external scaler messages (frontend); tests/test_scaler.py fails when they are stale.
+protos: $(STAMP)
+	$(BIN)/python -m transcription_frontend.externalscaler.generate
 
 crds: $(STAMP)
 	$(BIN)/python -m transcription_api.crd --write

@@ -54,7 +54,7 @@ def worker(port: int, delay: float = 0.0) -> Proc:
 
 def frontend(port: int, route_file: Path, balancer: str = "least-in-flight") -> Proc:
     return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file), "--port", str(port),
-                 "--log-level", "warning", "--balancer", balancer],
+                 "--log-level", "warning", "--balancer", balancer, "--scaler-port", "0"],
                 f"http://127.0.0.1:{port}/health", f"frontend-{port}")  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import Kubectl, wait_for
 from test_operator import SAMPLES, wait_ready
 from transcription_api.routes import RouteTable
-from transcription_frontend.discovery import EndpointSliceWatcher
+from transcription_frontend.discovery import EndpointSliceWatcher, SliceIndex
 from transcription_frontend.routing import Router
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -29,7 +29,7 @@ def test_endpoints_follow_the_pool_pods(kubectl: Kubectl, namespace: str, cluste
     wait_ready(kubectl, namespace, "whisper")
     cm = kubectl.json("get", "configmap", "whisper-routes", "-n", namespace)
     router = Router(RouteTable.model_validate(json.loads(cm["data"]["routes.json"])))
-    watcher = EndpointSliceWatcher(router, namespace, str(cluster))
+    watcher = EndpointSliceWatcher(SliceIndex(router), namespace, str(cluster))
     watcher.start()
     try:
         wait_for(lambda: set(router.endpoints("batch")) == pod_urls(kubectl, namespace, "batch") != set(),

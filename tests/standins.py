@@ -75,6 +75,8 @@ class Behaviour:
     # End the stream with vLLM's error event after this many chunks (then `[DONE]`, as
     # vLLM's stream generator does when the engine fails part-way).
     fail_stream_after: int | None = None
+    # Break the connection after this many chunks, as a worker killed mid-stream does.
+    cut_stream_after: int | None = None
     seen: list[Seen] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -183,6 +185,8 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
 
         async def gen() -> AsyncIterator[bytes]:
             for i, e in enumerate(events):
+                if i == b.cut_stream_after:
+                    raise ConnectionAbortedError("worker killed mid-stream (stand-in)")
                 if i == b.fail_stream_after:
                     yield f"data: {json.dumps(STREAM_ERROR)}\n\ndata: [DONE]\n\n".encode()
                     return
@@ -242,6 +246,70 @@ def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
                              Route("/health", health)])  # fmt: skip
 
 
+class RawWorker:
+    """A worker that fails below HTTP, as a killed or hung one does, on a real socket:
+
+    - "close":  reads the request head, then closes the connection (killed before answering)
+    - "partial": sends a 200 head and part of its body, then closes (killed mid-answer)
+    - "silent": reads the request and never answers (hung)
+    - "stall":  starts vLLM's recorded stream, sends its first event, then nothing (hung)
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.connections = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+        server.close()
+        self._loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if self.mode == "partial":
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: 100\r\n\r\n{\"text\": \"par")  # fmt: skip
+                await writer.drain()
+            elif self.mode == "stall":
+                event = recording(VLLM, "stream")[2].split("\n\n")[0].encode() + b"\n\n"
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n"
+                             + f"{len(event):x}\r\n".encode() + event + b"\r\n")  # fmt: skip
+                await writer.drain()
+                await asyncio.sleep(3600)
+            elif self.mode == "silent":
+                await asyncio.sleep(3600)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        self._thread.join(timeout=5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,7 +329,10 @@ class Running:
 
 def start(app: Any, port: int | None = None) -> Running:
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # A bounded graceful shutdown: a test that fails with requests still open (held by a
+    # frontend, say) must not wait for them.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=5)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
-from transcription_frontend.discovery import SliceIndex, TableWatcher, ready_urls
+from transcription_frontend.discovery import SliceIndex, TableWatcher, ready_urls, slice_endpoints
 from transcription_frontend.routing import Router
 
 
@@ -70,3 +70,54 @@ def test_an_invalid_route_table_keeps_the_previous_one(tmp_path: Path) -> None:
     os.utime(path, ns=(1, 1))
     assert not watcher.check()
     assert [p.name for p in router.table.pools] == ["a"]
+
+
+def conditions_slice(
+    service: str, name: str, *eps: tuple[str, dict[str, bool]]
+) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+        "ports": [{"name": "metrics", "port": 9090}, {"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": [ip], "conditions": c} for ip, c in eps],
+    }
+
+
+TERMINATING = {"ready": False, "serving": True, "terminating": True}
+DRAINED = {"ready": False, "serving": False, "terminating": True}
+STARTING = {"ready": False, "serving": False, "terminating": False}
+READY = {"ready": True, "serving": True, "terminating": False}
+
+
+def test_endpoint_conditions_terminating_ones_get_no_new_requests() -> None:
+    s = conditions_slice("w-a", "s1", ("10.0.0.1", READY), ("10.0.0.2", TERMINATING),
+                         ("10.0.0.3", DRAINED), ("10.0.0.4", STARTING),
+                         # publishNotReadyAddresses keeps ready=true on a terminating pod
+                         ("10.0.0.5", {"ready": True, "serving": True, "terminating": True}))  # fmt: skip
+    assert ready_urls(s, 1) == ["http://10.0.0.1:8080"]  # the `http` port, not the first
+    eps = {e.url.split("//")[1]: e for e in slice_endpoints(s, 1)}
+    assert eps["10.0.0.2:8080"].serving and eps["10.0.0.2:8080"].terminating
+    assert not eps["10.0.0.3:8080"].serving
+
+
+def test_peers_come_from_the_frontend_services_slices() -> None:
+    router = Router(table("a"))
+    peers: list[list[str]] = []
+    index = SliceIndex(router, peers_service="whisper", on_peers=peers.append)
+    index.update("ADDED", conditions_slice("whisper", "f1", ("10.0.1.1", READY), ("10.0.1.2", TERMINATING), ("10.0.1.3", STARTING)))  # fmt: skip
+    # A terminating peer still has requests in flight: its load counts until it is gone.
+    assert peers[-1] == ["http://10.0.1.1:8080", "http://10.0.1.2:8080"]
+    assert router.endpoints("a") == []
+    index.update("DELETED", conditions_slice("whisper", "f1"))
+    assert peers[-1] == []
+
+
+def test_static_endpoints_stay_until_discovery_reports_the_pools_service() -> None:
+    t = RouteTable(model="m", pools=[
+        PoolRoute(name="a", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="w-a", endpoints=["http://127.0.0.1:1"]),
+        PoolRoute(name="b", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="w-b", endpoints=["http://127.0.0.1:2"]),
+    ])  # fmt: skip
+    router = Router(t)
+    index = SliceIndex(router)
+    index.update("ADDED", conditions_slice("w-a", "s1", ("10.0.0.1", READY)))
+    assert router.endpoints("a") == ["http://10.0.0.1:8080"]
+    assert router.endpoints("b") == ["http://127.0.0.1:2"]

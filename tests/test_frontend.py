@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +44,16 @@ def pool(
 
 
 class Frontend:
-    def __init__(self, table: RouteTable, keys: Path | None = None) -> None:
+    def __init__(self, table: RouteTable, keys: Path | None = None, **gateway: Any) -> None:
         self.router = Router(table)
-        self.gateway = Gateway(router=self.router, api_keys_path=keys)
+        self.gateway = Gateway(router=self.router, api_keys_path=keys, **gateway)
         self.running: Running = start(create_app(self.gateway))
         self.url = self.running.url
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
+
+    def endpoints(self, pool: str, urls: list[str], terminating: Sequence[str] = ()) -> None:
+        """Discovery's view of a pool changes: an EndpointSlice event, as the watch sends it."""
+        self.gateway.apply_slice("MODIFIED", endpoint_slice(f"svc-{pool}", urls, terminating))
 
     def post(self, fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None = WAV,
              endpoint: str = "transcriptions", **kw: Any) -> httpx.Response:  # fmt: skip
@@ -64,9 +68,34 @@ class Frontend:
         text = httpx.get(f"{self.url}/metrics").text
         total = 0.0
         for line in text.splitlines():
-            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            if line.startswith((name + "{", name + " ")) and all(
+                f'{k}="{v}"' in line for k, v in labels.items()
+            ):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+def endpoint_slice(
+    service: str, urls: list[str], terminating: Sequence[str] = (), name: str = "abcde"
+) -> dict[str, Any]:
+    """An EndpointSlice of `service` listing base URLs (one port for all: the slice's)."""
+    port = int((urls or terminating or ["http://x:8000"])[0].rsplit(":", 1)[1])
+    eps = [
+        {
+            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+        }
+        for u in urls
+    ]
+    eps += [
+        {
+            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
+            "conditions": {"ready": False, "serving": True, "terminating": True},
+        }
+        for u in terminating
+    ]
+    return {"metadata": {"name": f"{service}-{name}", "labels": {"kubernetes.io/service-name": service}},
+            "ports": [{"name": "http", "port": port}], "endpoints": eps}  # fmt: skip
 
 
 @pytest.fixture
@@ -389,16 +418,17 @@ def test_api_keys(worker: tuple[Running, Behaviour], tmp_path: Path) -> None:
         fe.running.stop()
 
 
-def test_no_ready_worker_is_503_with_retry_after() -> None:
-    table = RouteTable(model=PRIMARY, pools=[pool("batch", [])])
-    fe = Frontend(table)
-    try:
-        r = fe.post({"model": PRIMARY})
-        assert r.status_code == 503 and r.headers["retry-after"] == "5"
-        assert "no worker could take the request" in error(r)["message"]
-        assert httpx.get(f"{fe.url}/ready").status_code == 503
-    finally:
-        fe.running.stop()
+def test_all_workers_busy_is_503_with_retry_after() -> None:
+    busy = Behaviour(status=503)
+    with serve(vllm_app(SERVED, busy)) as overloaded:
+        fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [overloaded.url])]))
+        try:
+            r = fe.post({"model": PRIMARY})
+            assert r.status_code == 503 and r.headers["retry-after"] == "5"
+            assert "no worker could take the request (pools: batch)" in error(r)["message"]
+            assert "is overloaded (503)" in error(r)["message"]
+        finally:
+            fe.running.stop()
 
 
 # --------------------------------------------------------------------------- endpoints

@@ -46,6 +46,12 @@ class Upload:
     def get_all(self, name: str) -> list[str]:
         return [v for k, v in self.fields if k == name]
 
+    def to_disk(self) -> None:
+        """Move the file out of memory (a small upload's spool is in memory until 1 MiB):
+        for uploads that wait, such as those the gateway holds while a pool scales up."""
+        if isinstance(self.file, tempfile.SpooledTemporaryFile):
+            self.file.rollover()
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()

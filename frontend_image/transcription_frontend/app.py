@@ -12,15 +12,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from transcription_api.capabilities import Capability
-from transcription_api.errors import APIError, unavailable
+from transcription_api.errors import APIError
 from transcription_api.openai import ModelCard, ModelList
 
-from . import errors
+from . import errors, load
 from .gateway import Gateway
 from .openapi import document_audio_routes
 from .pipeline import transcribe
@@ -68,10 +68,15 @@ def create_app(gateway: Gateway) -> ASGIApp:
         return {"status": "ok"}
 
     @app.get("/ready")
-    async def ready() -> JSONResponse:
-        if gateway.router.any_ready():
-            return JSONResponse({"status": "ready"})
-        raise unavailable("no pool has a ready worker yet")
+    async def ready() -> dict[str, str]:
+        # Ready with every pool at zero too: the gateway accepts requests and holds them
+        # while their pool scales up (hold.py).
+        return {"status": "ready"}
+
+    @app.get(load.PATH, include_in_schema=False)
+    async def internal_load() -> load.LoadReport:
+        """This replica's load by pool, for its peers (load.py)."""
+        return gateway.load.local()
 
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:

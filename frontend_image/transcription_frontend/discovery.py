@@ -5,7 +5,9 @@
   path means a new table).
 - Worker endpoints are either listed in the table (`static`, for local runs) or read from
   the EndpointSlices of each pool's Service (`kubernetes`): a watch on the namespace's
-  EndpointSlices, keeping the addresses whose `ready` condition is true.
+  EndpointSlices, keeping the addresses that are ready and not terminating.
+- The frontend's peers (the other replicas behind its own Service, `--peers-service`)
+  come from the same watch: they sum their load for the autoscaler (`load.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,27 +70,59 @@ class TableWatcher:
             self.check()
 
 
-def ready_urls(slice_: dict[str, Any], default_port: int) -> list[str]:
-    """Base URLs of the ready endpoints of one EndpointSlice."""
+@dataclass(frozen=True)
+class SliceEndpoint:
+    """One address of an EndpointSlice, with its conditions as Kubernetes defines them."""
+
+    url: str
+    ready: bool  # takes new traffic (false while terminating)
+    serving: bool  # still answers: a terminating endpoint finishing its requests
+    terminating: bool
+
+
+def slice_endpoints(slice_: dict[str, Any], default_port: int) -> list[SliceEndpoint]:
+    """The addresses of one EndpointSlice on its `http` port (else its first port).
+
+    An absent `ready` counts as ready and an absent `serving` as `ready`, as the
+    EndpointSlice API says consumers must read them.
+    """
     ports = slice_.get("ports") or []
     port = next((p["port"] for p in ports if p.get("name") == "http"), None)
     port = port or (ports[0]["port"] if ports else default_port)
-    urls = []
+    out = []
     for ep in slice_.get("endpoints") or []:
-        if (ep.get("conditions") or {}).get("ready") is False:
-            continue
+        cond = ep.get("conditions") or {}
+        ready = cond.get("ready") is not False
+        serving = ready if cond.get("serving") is None else bool(cond["serving"])
+        terminating = cond.get("terminating") is True
         for addr in ep.get("addresses") or []:
             host = f"[{addr}]" if ":" in addr else addr
-            urls.append(f"http://{host}:{port}")
-    return urls
+            out.append(SliceEndpoint(f"http://{host}:{port}", ready, serving, terminating))
+    return out
+
+
+def ready_urls(slice_: dict[str, Any], default_port: int) -> list[str]:
+    """Base URLs that may get new requests: ready, and not terminating."""
+    return [e.url for e in slice_endpoints(slice_, default_port) if e.ready and not e.terminating]
 
 
 class SliceIndex:
-    """EndpointSlices by Service, folded into the router's per-pool endpoint lists."""
+    """EndpointSlices by Service, folded into the router's per-pool endpoint lists, and
+    (when `peers_service` is set) into the frontend's list of peers (`load.py`).
 
-    def __init__(self, router: Router) -> None:
+    A pool whose Service no slice has named yet keeps the route table's static endpoints.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        peers_service: str | None = None,
+        on_peers: Callable[[list[str]], None] | None = None,
+    ) -> None:
         self.router = router
-        self._slices: dict[str, dict[str, list[str]]] = {}  # service -> slice -> urls
+        self.peers_service = peers_service
+        self.on_peers = on_peers
+        self._slices: dict[str, dict[str, list[SliceEndpoint]]] = {}  # service -> slice -> eps
 
     def update(self, event: str, slice_: dict[str, Any]) -> None:
         meta = slice_.get("metadata") or {}
@@ -94,27 +130,51 @@ class SliceIndex:
         if not service:
             return
         pool = self.router.pool_for_service(service)
+        if pool is None and service != self.peers_service:
+            return
         slices = self._slices.setdefault(service, {})
         if event == "DELETED":
             slices.pop(meta.get("name", ""), None)
         else:
-            slices[meta.get("name", "")] = ready_urls(slice_, pool.port if pool else 8000)
+            slices[meta.get("name", "")] = slice_endpoints(slice_, pool.port if pool else 8080)
         self.refresh()
+
+    def _endpoints(self, service: str) -> list[SliceEndpoint]:
+        return [e for eps in self._slices.get(service, {}).values() for e in eps]
 
     def refresh(self) -> None:
         for pool in self.router.table.pools:
-            urls = sorted({u for us in self._slices.get(pool.service, {}).values() for u in us})
+            if pool.service not in self._slices:
+                continue
+            eps = self._endpoints(pool.service)
+            urls = sorted({e.url for e in eps if e.ready and not e.terminating})
             self.router.set_endpoints(pool.name, urls)
             metrics.ENDPOINTS.labels(pool=pool.name).set(len(urls))
+        if self.peers_service and self.on_peers:
+            # Terminating peers still count: their requests in flight are load.
+            eps = self._endpoints(self.peers_service)
+            self.on_peers(sorted({e.url for e in eps if e.serving or e.ready}))
 
 
 class EndpointSliceWatcher:
-    """Watches EndpointSlices of one namespace in a thread (the official client is sync)."""
+    """Watches EndpointSlices of one namespace in a thread (the official client is sync).
 
-    def __init__(self, router: Router, namespace: str, kubeconfig: str | None = None) -> None:
-        self.index = SliceIndex(router)
+    Events go to `index.update` on `loop` (the gateway's event loop, so that the router is
+    only ever changed there and held requests wake at once), or in the watch thread when
+    no loop is given.
+    """
+
+    def __init__(
+        self,
+        index: SliceIndex,
+        namespace: str,
+        kubeconfig: str | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.index = index
         self.namespace = namespace
         self.kubeconfig = kubeconfig
+        self.loop = loop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="endpointslices", daemon=True)
 
@@ -123,6 +183,12 @@ class EndpointSliceWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _apply(self, event: str, obj: dict[str, Any]) -> None:
+        if self.loop is None:
+            self.index.update(event, obj)
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.index.update, event, obj)
 
     def _run(self) -> None:
         from kubernetes import client, config, watch
@@ -138,8 +204,7 @@ class EndpointSliceWatcher:
                 for ev in w.stream(  # type: ignore[no-untyped-call]
                     api.list_namespaced_endpoint_slice, self.namespace, timeout_seconds=300
                 ):
-                    obj = api.api_client.sanitize_for_serialization(ev["object"])
-                    self.index.update(ev["type"], obj)
+                    self._apply(ev["type"], api.api_client.sanitize_for_serialization(ev["object"]))
                     if self._stop.is_set():
                         w.stop()  # type: ignore[no-untyped-call]
             except Exception as e:  # reconnect on any watch failure

@@ -1,11 +1,21 @@
-"""Forwarding one request to a worker: the multipart body, retries, and the answer.
+"""Forwarding one request to a worker: the multipart body, retries, holds, and the answer.
 
 The body is re-framed, not re-encoded: each form field as the client sent it (with
 `model` and `response_format` rewritten for the engine), then the file streamed from the
-spool in 64 KiB pieces. Connection failures and 503s are retried on another endpoint
-(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. `Forwarder.send`
-is an `async with`: leaving it releases the worker connection and the endpoint's
-in-flight count, however the block ends.
+spool in 64 KiB pieces. `Forwarder.send` is an `async with`: leaving it releases the
+worker connection and the endpoint's in-flight count, however the block ends.
+
+A transcription is safe to repeat, so until a byte has gone to the client a failed
+attempt is repeated elsewhere: an answer is only taken once its whole body (or, for a
+stream, its first piece) has arrived. A worker that cannot be reached, resets or closes
+the connection before that, or answers 503, is retried on another endpoint (another
+pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint is left
+to try -- a pool scaled to zero, its only worker restarting -- the request is held
+(`hold.py`) until discovery brings one. A request served by a fallback pool because the
+pool it prefers had no ready worker counts as that pool's demand while it runs
+(`Router.spill`), so that the preferred pool scales up from zero. Every read from a
+worker has a timeout (`WorkerTimeouts`); a worker that sends nothing for that long gets
+no second try (it may still be working on it) and the client gets 504.
 
 The hop to the worker uses aiohttp's client: measured here, it costs 0.5 ms of CPU per
 request against httpx's 1.6 ms, which is most of the gateway's latency budget (the
@@ -21,11 +31,12 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from transcription_api.errors import unavailable
+from transcription_api.errors import APIError, unavailable
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute
 
 from . import metrics
+from .hold import Holds
 from .routing import Router
 
 MAX_ATTEMPTS = 3
@@ -83,20 +94,31 @@ class MultipartBody:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         f = self.upload.file
         assert f is not None
-        f.seek(0)
         yield self.head
-        while chunk := f.read(CHUNK):
+        # Each piece is read at its own offset, seek and read with no await between: a
+        # failed attempt's body that is still being sent cannot move a retry's position.
+        offset = 0
+        while True:
+            f.seek(offset)
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            offset += len(chunk)
             yield chunk
         yield self.tail
 
 
 @dataclass
 class WorkerAnswer:
-    """A worker's answer whose headers have arrived; the body is read or streamed once."""
+    """A worker's answer that has arrived: its whole body, or a stream's first piece (the
+    rest is streamed once, as it comes)."""
 
     pool: PoolRoute
     url: str
     response: aiohttp.ClientResponse
+    body: bytes | None = None  # the whole body (every answer but a 200 stream)
+    first: bytes = b""  # a stream's first piece
+    spilled_from: str | None = None  # the preferred pool it stands in for (Router.spill)
 
     @property
     def status(self) -> int:
@@ -107,42 +129,65 @@ class WorkerAnswer:
         return self.response.headers.get("content-type", "")
 
     async def read(self) -> bytes:
-        return await self.response.read()
+        if self.body is None:
+            self.body = await self.response.read()
+        return self.body
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self.response.content.iter_any()
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self.first:
+            yield self.first
+        async for chunk in self.response.content.iter_any():
+            yield chunk
 
 
 CONNECT_ERRORS = (
-    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, ...
-    aiohttp.ClientPayloadError,
-    TimeoutError,  # connect timeout
+    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, timeouts...
+    aiohttp.ClientPayloadError,  # the body broke off
+    TimeoutError,
 )
 
 
-def new_session() -> aiohttp.ClientSession:
+@dataclass(frozen=True)
+class WorkerTimeouts:
+    connect: float = 3.0  # seconds to open a connection to a worker
+    read: float = 900.0  # seconds a worker may send nothing (before its answer or mid-body)
+
+
+def new_session(timeouts: WorkerTimeouts | None = None) -> aiohttp.ClientSession:
+    t = timeouts or WorkerTimeouts()
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
-    timeout = aiohttp.ClientTimeout(total=None, connect=3.0, sock_read=900.0)
+    timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_read=t.read)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+
+def worker_timed_out(pool: PoolRoute, url: str) -> APIError:
+    return APIError(
+        504,
+        f"the {pool.engine.value} worker {url} of pool {pool.name} sent nothing for longer "
+        "than the frontend's worker read timeout; retry, or split the audio",
+        type="server_error",
+        code="worker_timeout",
+    )
 
 
 FieldsFor = Callable[[PoolRoute], list[tuple[str, str]]]
 
 
 class Forwarder:
-    def __init__(self, router: Router, client: aiohttp.ClientSession) -> None:
+    def __init__(self, router: Router, client: aiohttp.ClientSession, holds: Holds) -> None:
         self.router = router
         self.client = client
+        self.holds = holds
 
     @asynccontextmanager
     async def send(
         self, pools: list[PoolRoute], path: str, fields_for: FieldsFor, upload: Upload,
-        request_id: str,
+        request_id: str, stream: bool = False,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
-        failure), for as long as the block runs; `fields_for(pool)` are the form fields for
-        that pool's engine."""
-        answer = await self._send(pools, path, fields_for, upload, request_id)
+        failure, holding while there is none), for as long as the block runs;
+        `fields_for(pool)` are the form fields for that pool's engine."""
+        answer = await self._send(pools, path, fields_for, upload, request_id, stream)
         try:
             yield answer
         finally:
@@ -150,53 +195,103 @@ class Forwarder:
             # left, the stream failed) is closed, which stops the worker's work on it.
             answer.response.release()
             self.router.release(answer.url, answer.pool.name)
+            if answer.spilled_from:
+                self.router.spill(answer.spilled_from, -1)
+
+    def _pick(self, pools: list[PoolRoute], tried: set[str]) -> tuple[PoolRoute, str] | None:
+        for pool in pools:
+            url = self.router.pick(pool.name, tried)
+            if url is not None:
+                return pool, url
+        return None
 
     async def _send(
         self, pools: list[PoolRoute], path: str, fields_for: FieldsFor, upload: Upload,
-        request_id: str,
+        request_id: str, stream: bool,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
         last_error = "no ready worker"
+        busy = False  # the last endpoints tried answered 503: they are up, but full
         attempts = 0
-        for pool in pools:
-            fields = fields_for(pool)
-            while attempts < MAX_ATTEMPTS:
-                url = self.router.pick(pool.name, tried)
-                if url is None:
+        deadline: float | None = None
+        while attempts < MAX_ATTEMPTS:
+            choice = self._pick(pools, tried)
+            if choice is None:
+                if busy:
                     break
-                tried.add(url)
-                if attempts:
-                    metrics.RETRIES.labels(pool=pool.name).inc()
-                attempts += 1
-                body = MultipartBody(fields, upload)
-                headers = {
-                    "content-type": body.content_type,
-                    "content-length": str(len(body)),
-                    "x-request-id": request_id,
-                }
-                self.router.acquire(url, pool.name)
-                try:
-                    response = await self.client.post(
-                        url + path, data=body.payload(), headers=headers
-                    )
-                except CONNECT_ERRORS as e:
-                    self.router.release(url, pool.name)
-                    self.router.failed(url, pool.name)
-                    last_error = (
-                        f"worker {url} of pool {pool.name} could not be reached "
-                        f"({e.__class__.__name__})"
-                    )
-                    continue
-                except BaseException:
-                    self.router.release(url, pool.name)
-                    raise
-                if response.status == 503:
-                    response.release()
-                    self.router.release(url, pool.name)
-                    self.router.failed(url, pool.name)
-                    last_error = f"worker {url} of pool {pool.name} is overloaded (503)"
-                    continue
-                self.router.succeeded(url)
-                return WorkerAnswer(pool, url, response)
+                # No endpoint left to try: hold until discovery changes one of the pools.
+                deadline = deadline or self.holds.deadline()
+                await self.holds.wait(pools, upload, deadline)
+                tried.clear()
+                continue
+            pool, url = choice
+            tried.add(url)
+            if attempts:
+                metrics.RETRIES.labels(pool=pool.name).inc()
+            attempts += 1
+            try:
+                answer = await self._attempt(pool, url, path, fields_for(pool), upload,
+                                             request_id, stream, pools[0].name)  # fmt: skip
+            except aiohttp.SocketTimeoutError:
+                raise worker_timed_out(pool, url) from None
+            except CONNECT_ERRORS as e:
+                self.router.failed(url, pool.name)
+                busy = False
+                last_error = (
+                    f"worker {url} of pool {pool.name} failed before answering "
+                    f"({e.__class__.__name__})"
+                )
+                continue
+            if answer is None:
+                self.router.failed(url, pool.name)
+                busy = True
+                last_error = f"worker {url} of pool {pool.name} is overloaded (503)"
+                continue
+            self.router.succeeded(url)
+            return answer
         names = ", ".join(p.name for p in pools)
         raise unavailable(f"no worker could take the request (pools: {names}): {last_error}")
+
+    async def _attempt(
+        self, pool: PoolRoute, url: str, path: str, fields: list[tuple[str, str]],
+        upload: Upload, request_id: str, stream: bool, preferred: str,
+    ) -> WorkerAnswer | None:  # fmt: skip
+        """One try: the answer, once what must arrive before the client sees a byte has
+        arrived; None for a 503. The endpoint counts the request in flight meanwhile, and
+        after, unless it failed; so does the `preferred` pool's spill count, when the
+        request is at a fallback pool because the preferred one has no ready worker."""
+        body = MultipartBody(fields, upload)
+        headers = {
+            "content-type": body.content_type,
+            "content-length": str(len(body)),
+            "x-request-id": request_id,
+        }
+        spilled = preferred if pool.name != preferred and not self.router.ready(preferred) else None
+        self.router.acquire(url, pool.name)
+        if spilled:
+            self.router.spill(spilled, 1)
+        response = None
+        try:
+            response = await self.client.post(url + path, data=body.payload(), headers=headers)
+            answer = WorkerAnswer(pool, url, response, spilled_from=spilled)
+            if response.status == 503:
+                response.close()
+                raise _Overloaded
+            if stream and response.status == 200:
+                answer.first = await response.content.readany()
+            else:
+                answer.body = await response.read()
+            return answer
+        except BaseException as e:
+            if response is not None:
+                response.close()
+            self.router.release(url, pool.name)
+            if spilled:
+                self.router.spill(spilled, -1)
+            if isinstance(e, _Overloaded):
+                return None
+            raise
+
+
+class _Overloaded(Exception):
+    """A worker answered 503."""

@@ -1,21 +1,28 @@
-"""The gateway's state: the router, the API keys, the worker client, and what keeps the
-route table and the endpoints current while it runs."""
+"""The gateway's state: the router, the held requests, the API keys, the worker client,
+and what keeps the route table, the endpoints and the peers current while it runs."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from .auth import ApiKeys
-from .discovery import EndpointSliceWatcher, TableWatcher
-from .forward import Forwarder, new_session
+from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
+from .forward import Forwarder, WorkerTimeouts, new_session
+from .hold import HoldLimits, Holds
+from .load import Load
 from .routing import Router
+from .scaler import serve_scaler
+
+log = logging.getLogger("transcription_frontend")
 
 
 @dataclass
@@ -25,33 +32,63 @@ class Gateway:
     table_path: Path | None = None  # re-read when it changes
     slice_namespace: str | None = None  # watch this namespace's EndpointSlices
     kubeconfig: str | None = None
+    hold_limits: HoldLimits = field(default_factory=HoldLimits)
+    worker_timeouts: WorkerTimeouts = field(default_factory=WorkerTimeouts)
+    peers_service: str | None = None  # the frontend's own Service (in slice_namespace)
+    scaler_port: int | None = None  # KEDA's external scaler (gRPC); None: off
+    scaler_host: str = "0.0.0.0"
     started: int = field(default_factory=lambda: int(time.time()))
     client: aiohttp.ClientSession | None = None
 
     def __post_init__(self) -> None:
         self.keys = ApiKeys(self.api_keys_path)
+        self.holds = Holds(self.router, self.hold_limits)
+        self.load = Load(self.router, self.holds)
+        self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def forwarder(self) -> Forwarder:
         assert self.client is not None, "the gateway is not running"
-        return Forwarder(self.router, self.client)
+        return Forwarder(self.router, self.client, self.holds)
+
+    def apply_slice(self, event: str, slice_: dict[str, Any]) -> None:
+        """An EndpointSlice event from any thread (the watch, a test), applied on the loop."""
+        assert self.loop is not None, "the gateway is not running"
+        self.loop.call_soon_threadsafe(self.slices.update, event, slice_)
+
+    def drain(self, grace: float) -> None:
+        """The server is stopping (SIGTERM): answer what is held within `grace` seconds."""
+        log.info("shutting down: held requests are forwarded or answered within %gs", grace)
+        self.holds.drain(grace)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Watch the route table and the EndpointSlices, and hold the worker client."""
+        """Watch the route table and the EndpointSlices, hold the worker client, and serve
+        KEDA's external scaler."""
+        self.loop = asyncio.get_running_loop()
         tasks = []
         if self.table_path:
             tasks.append(asyncio.create_task(TableWatcher(self.table_path, self.router).run()))
-        slices = None
-        if self.slice_namespace:
-            slices = EndpointSliceWatcher(self.router, self.slice_namespace, self.kubeconfig)
-            slices.start()
-        async with new_session() as client:
+        watcher = None
+        if self.slice_namespace:  # pools and peers alike
+            watcher = EndpointSliceWatcher(
+                self.slices, self.slice_namespace, self.kubeconfig, self.loop
+            )
+            watcher.start()
+        async with new_session(self.worker_timeouts) as client:
             self.client = client
+            self.load.peers.client = client
+            scaler = None
             try:
+                if self.scaler_port is not None:
+                    scaler = await serve_scaler(self.load, self.router, self.scaler_host,
+                                                self.scaler_port)  # fmt: skip
                 yield
             finally:
+                if scaler is not None:
+                    await scaler.stop(grace=1.0)
                 for t in tasks:
                     t.cancel()
-                if slices:
-                    slices.stop()
+                if watcher:
+                    watcher.stop()

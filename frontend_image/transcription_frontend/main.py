@@ -1,7 +1,8 @@
 """`transcription-frontend`: run the gateway.
 
 transcription-frontend --routes routes.json                      static endpoints
-transcription-frontend --routes /etc/transcription/routes.json --discovery kubernetes
+transcription-frontend --routes /etc/transcription/routes.json --discovery kubernetes \
+    --peers-service whisper
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -16,7 +18,23 @@ import uvicorn
 
 from .app import Gateway, create_app
 from .discovery import load_table
+from .forward import WorkerTimeouts
+from .hold import HoldLimits
 from .routing import Router
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +62,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--api-keys", type=Path, help="file with accepted API keys, one per line")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
+    scale = p.add_argument_group("autoscaling and scale from zero")
+    scale.add_argument(
+        "--scaler-port",
+        type=int,
+        default=9090,
+        help="port of KEDA's external scaler (gRPC externalscaler.ExternalScaler); 0: off",
+    )
+    scale.add_argument(
+        "--peers-service",
+        help="the frontend's own Service: its other endpoints' load is summed into the "
+        "scaler's metric (with --discovery kubernetes; else this replica's load is the total)",
+    )
+    d = HoldLimits()
+    scale.add_argument(
+        "--hold-max-requests",
+        type=positive_int,
+        default=d.max_requests,
+        help="requests held per pool while it has no ready worker; more get 503",
+    )
+    scale.add_argument(
+        "--hold-max-bytes",
+        type=positive_int,
+        default=d.max_bytes,
+        help="bytes of held uploads (spooled to disk), all pools together; more get 503",
+    )
+    scale.add_argument(
+        "--hold-timeout",
+        type=positive_float,
+        default=d.timeout,
+        help="seconds a request may be held before it gets 503",
+    )
+    t = WorkerTimeouts()
+    faults = p.add_argument_group("faults and shutdown")
+    faults.add_argument(
+        "--worker-connect-timeout",
+        type=positive_float,
+        default=t.connect,
+        help="seconds to connect to a worker before trying another",
+    )
+    faults.add_argument(
+        "--worker-read-timeout",
+        type=positive_float,
+        default=t.read,
+        help="seconds a worker may send nothing (before or during its answer): then 504",
+    )
+    faults.add_argument(
+        "--shutdown-grace",
+        type=positive_int,
+        default=30,
+        help="on SIGTERM: seconds for requests in flight and held to finish (keep it below "
+        "the pod's terminationGracePeriodSeconds minus its preStop delay)",
+    )
     return p.parse_args(argv)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, telling the gateway when its graceful shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Held requests are answered a little before the grace period ends, so that the
+        # answer still reaches the client before uvicorn cancels what is left.
+        grace = self.config.timeout_graceful_shutdown or 0
+        self.gateway.drain(max(grace - 1.0, grace / 2))
+        await super().shutdown(sockets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,16 +150,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.discovery == "kubernetes"
         else None,
         kubeconfig=args.kubeconfig,
+        hold_limits=HoldLimits(args.hold_max_requests, args.hold_max_bytes, args.hold_timeout),
+        worker_timeouts=WorkerTimeouts(args.worker_connect_timeout, args.worker_read_timeout),
+        peers_service=args.peers_service,
+        scaler_port=args.scaler_port or None,
+        scaler_host=args.host,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(gateway),
         host=args.host,
         port=args.port,
         log_level=args.log_level.lower(),
         access_log=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=args.shutdown_grace,
     )
-    return 0
+    server = Server(config, gateway)
+    server.run()
+    return 0 if server.started else 3  # 3: startup failed (uvicorn's code; logged above)
 
 
 if __name__ == "__main__":

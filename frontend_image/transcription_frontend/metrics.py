@@ -52,6 +52,38 @@ ENDPOINTS = Gauge(
     "Ready worker endpoints known, by pool.",
     ["pool"],
 )
+HELD = Gauge(
+    "transcription_frontend_held_requests",
+    "Requests held while their pool has no worker to take them (e.g. scaling from zero).",
+    ["pool"],
+)
+SPILLED = Gauge(
+    "transcription_frontend_spilled_requests",
+    "Requests in flight at a fallback pool because this pool, which they prefer, had no "
+    "ready worker (e.g. a continuous pool at zero): they count as its load for autoscaling.",
+    ["pool"],
+)
+HELD_BYTES = Gauge(
+    "transcription_frontend_held_bytes",
+    "Bytes of the uploads held, all pools together (spooled to disk).",
+)
+HOLD_SECONDS = Histogram(
+    "transcription_frontend_hold_seconds",
+    "Time a request was held before a worker of its pool could take it (or it was refused).",
+    ["pool"],
+    buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+HOLD_REJECTIONS = Counter(
+    "transcription_frontend_hold_rejections_total",
+    "Requests answered 503 instead of held, by the bound they hit: requests (per pool), "
+    "bytes, timeout, shutdown.",
+    ["pool", "reason"],
+)
+PEER_ERRORS = Counter(
+    "transcription_frontend_peer_load_errors_total",
+    "Peer frontends that did not report their load in time (their share is left out of "
+    "the autoscaling metric until they do).",
+)
 
 
 @functools.cache

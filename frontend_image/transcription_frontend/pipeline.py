@@ -7,7 +7,8 @@
   5. audio      an empty or non-audio file is refused here                (sniff.py)
   6. needs      what the request needs from a pool                        (capabilities)
   7. pools      the pools that cover the needs, continuous first          (routing.py)
-  8. forward    to a worker, retried elsewhere if it cannot take it       (forward.py)
+  8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
+                while its pools have none (scale from zero)                 hold.py)
   9. respond    the answer rendered or streamed to the client             (respond.py)
 
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
@@ -100,7 +101,9 @@ async def _pipeline(
         path = f"/v1/audio/{endpoint.value}"
         async with (
             cancel_on_disconnect(receive, answered),
-            gw.forwarder.send(pools, path, fields_for, upload, request_id(scope)) as answer,
+            gw.forwarder.send(
+                pools, path, fields_for, upload, request_id(scope), stream=request.stream
+            ) as answer,
         ):
             obs.pool = answer.pool.name
             reply = await shape(answer, request)

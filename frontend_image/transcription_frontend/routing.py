@@ -5,11 +5,19 @@ needs, continuous pools first, sequential next, each group in route-table order.
 a pool, the ready endpoint with the fewest requests in flight wins (ties: the one used
 least recently). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
 `EJECT_SECONDS`, then tried again.
+
+Endpoints come from discovery: only ready, non-terminating ones are listed; one that
+leaves the list keeps its requests in flight but gets no new ones. Listeners registered
+with `on_change` hear of every change of a pool's pickable endpoints (a new list, an
+ejection ending): that is what wakes the requests held for the pool (`hold.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transcription_api.capabilities import Capability, Mode
@@ -49,6 +57,9 @@ class Router:
         self.table = table
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
+        self._pool_in_flight: dict[str, int] = {}
+        self._spilled: dict[str, int] = {}
+        self._listeners: list[Callable[[str], None]] = []
         self.set_table(table)
 
     # ------------------------------------------------------------------ updates
@@ -57,15 +68,28 @@ class Router:
         self.table = table
         for pool in table.pools:
             if pool.endpoints:
-                self._endpoints[pool.name] = list(pool.endpoints)
-            else:
-                self._endpoints.setdefault(pool.name, [])
+                self._set(pool.name, list(pool.endpoints))  # static: in the table's order
+            elif pool.name not in self._endpoints:
+                self._set(pool.name, [])
 
     def set_endpoints(self, pool: str, urls: list[str]) -> None:
         """Replace the ready endpoints of a pool (from discovery)."""
-        self._endpoints[pool] = sorted(urls)
+        self._set(pool, sorted(urls))
+
+    def _set(self, pool: str, urls: list[str]) -> None:
         for url in urls:
             self._state.setdefault(url, EndpointState())
+        if self._endpoints.get(pool) != urls:
+            self._endpoints[pool] = urls
+            self._changed(pool)
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(pool)` whenever the pool's pickable endpoints may have changed."""
+        self._listeners.append(listener)
+
+    def _changed(self, pool: str) -> None:
+        for listener in self._listeners:
+            listener(pool)
 
     def endpoints(self, pool: str) -> list[str]:
         return list(self._endpoints.get(pool, []))
@@ -108,9 +132,6 @@ class Router:
             return options[self._turn % len(options)]
         return min(options, key=lambda u: (self._st(u).in_flight, self._st(u).last_used))
 
-    def any_ready(self) -> bool:
-        return any(self.ready(p.name) for p in self.table.pools)
-
     # ------------------------------------------------------------------ accounting
 
     def _st(self, url: str) -> EndpointState:
@@ -123,15 +144,30 @@ class Router:
         st = self._st(url)
         st.in_flight += 1
         st.last_used = time.monotonic()
+        self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         metrics.IN_FLIGHT.labels(pool=pool).inc()
         metrics.WORKER_REQUESTS.labels(pool=pool, worker=url.split("://")[-1]).inc()
 
     def release(self, url: str, pool: str) -> None:
         self._st(url).in_flight -= 1
+        self._pool_in_flight[pool] -= 1
         metrics.IN_FLIGHT.labels(pool=pool).dec()
 
     def in_flight(self, url: str) -> int:
         return self._st(url).in_flight
+
+    def pool_in_flight(self, pool: str) -> int:
+        """Requests of this pool at a worker now (terminating endpoints included)."""
+        return self._pool_in_flight.get(pool, 0)
+
+    def spill(self, pool: str, n: int) -> None:
+        """`n` more (or fewer) requests that `pool` would have served first are at a
+        fallback pool because it had no ready worker: demand for `pool` all the same."""
+        self._spilled[pool] = self._spilled.get(pool, 0) + n
+        metrics.SPILLED.labels(pool=pool).inc(n)
+
+    def pool_spilled(self, pool: str) -> int:
+        return self._spilled.get(pool, 0)
 
     def succeeded(self, url: str) -> None:
         self._st(url).failures = 0
@@ -143,3 +179,6 @@ class Router:
             st.ejected_until = time.monotonic() + EJECT_SECONDS
             st.failures = 0
             metrics.EJECTIONS.labels(pool=pool).inc()
+            # The end of the ejection is a change too: requests held for it retry then.
+            with contextlib.suppress(RuntimeError):  # no event loop: unit tests of the choice
+                asyncio.get_running_loop().call_later(EJECT_SECONDS, self._changed, pool)

@@ -44,6 +44,10 @@ class Translation:
         try:
             async for event in self._events():
                 yield event
+        except TimeoutError:  # aiohttp's read timeout (--worker-read-timeout)
+            self.error = worker_failed(
+                self.pool, "its stream sent nothing for longer than the worker read timeout"
+            )
         except CONNECT_ERRORS as e:
             self.error = worker_failed(self.pool, f"its stream broke off: {e.__class__.__name__}")
         if self.error is not None:

@@ -1,0 +1,1 @@
+"""KEDA's external scaler messages, generated from externalscaler.proto (`make protos`)."""

@@ -1,0 +1,190 @@
+"""KEDA's external scaler, served by the frontend over gRPC (`--scaler-port`, 9090).
+
+A ScaledObject per pool points its `external-push` trigger at the frontend Service
+(`scalerAddress: <service>.<namespace>:9090`), with this metadata:
+
+    pool    the pool's name, as in the route table
+    target  requests (in flight + held) per replica the pool should run at: a number > 0
+
+- GetMetricSpec: one metric, `pool-<pool>`, whose target is `target`.
+- GetMetrics: its value, the pool's requests in flight plus held (plus those it would
+  have served first, spilled to a fallback pool while it had no worker), summed over
+  every frontend replica (`load.py`).
+- IsActive: that value > 0.
+- StreamIsActive: the same, pushed: at once when a request starts being held here (so a
+  pool at zero is woken without waiting for KEDA's polling interval), whenever it changes
+  (looked at every `TICK_SECONDS`, peers included), and again every `RESEND_SECONDS`.
+
+Metadata without a `pool` or with a bad `target` is INVALID_ARGUMENT; a pool the route
+table does not name (yet), NOT_FOUND. The messages are generated from
+`externalscaler/externalscaler.proto`; the handlers are registered by the service's
+method names, checked against the proto when the server starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+
+from .externalscaler import externalscaler_pb2 as pb
+from .load import Load
+from .routing import Router
+
+log = logging.getLogger("transcription_frontend.scaler")
+TICK_SECONDS = 1.0
+RESEND_SECONDS = 10.0
+SERVICE = pb.DESCRIPTOR.services_by_name["ExternalScaler"]
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What one ScaledObject's trigger asks about."""
+
+    pool: str
+    target: float
+
+    @property
+    def metric(self) -> str:
+        return f"pool-{self.pool}"
+
+
+def parse_trigger(metadata: Mapping[str, str]) -> Trigger:
+    """The trigger's metadata, checked; ValueError says what to fix."""
+    pool = metadata.get("pool", "").strip()
+    if not pool:
+        raise ValueError("the trigger's metadata has no `pool`: set it to the pool's name")
+    raw = metadata.get("target", "")
+    try:
+        target = float(raw)
+    except ValueError:
+        target = math.nan
+    if not (math.isfinite(target) and target > 0):
+        raise ValueError(
+            f"the trigger's `target` must be a number > 0 (requests per replica), got {raw!r}"
+        )
+    return Trigger(pool, target)
+
+
+class ExternalScaler:
+    def __init__(self, load: Load, router: Router) -> None:
+        self.load = load
+        self.router = router
+
+    async def _trigger(self, ref: pb.ScaledObjectRef, context: Context) -> Trigger:
+        try:
+            trigger = parse_trigger(ref.scalerMetadata)
+        except ValueError as e:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{_who(ref)}: {e}")
+        pools = [p.name for p in self.router.table.pools]
+        if trigger.pool not in pools:
+            await _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"{_who(ref)}: pool {trigger.pool!r} is not in the frontend's route table "
+                f"(pools: {', '.join(pools) or 'none'})",
+            )
+        return trigger
+
+    async def is_active(self, ref: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
+        trigger = await self._trigger(ref, context)
+        return pb.IsActiveResponse(result=await self.load.total(trigger.pool) > 0)
+
+    async def stream_is_active(
+        self, ref: pb.ScaledObjectRef, context: Context
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        trigger = await self._trigger(ref, context)
+        loop = asyncio.get_running_loop()
+        last: bool | None = None
+        sent_at = -math.inf
+        with self.load.demand() as demand:
+            while True:
+                demand.clear()  # before reading the load: no demand is missed in between
+                active = await self.load.total(trigger.pool) > 0
+                if active != last or loop.time() - sent_at >= RESEND_SECONDS:
+                    yield pb.IsActiveResponse(result=active)
+                    last, sent_at = active, loop.time()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(demand.wait(), TICK_SECONDS)
+
+    async def get_metric_spec(
+        self, ref: pb.ScaledObjectRef, context: Context
+    ) -> pb.GetMetricSpecResponse:
+        trigger = await self._trigger(ref, context)
+        spec = pb.MetricSpec(
+            metricName=trigger.metric,
+            targetSize=max(1, round(trigger.target)),
+            targetSizeFloat=trigger.target,
+        )
+        return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    async def get_metrics(
+        self, request: pb.GetMetricsRequest, context: Context
+    ) -> pb.GetMetricsResponse:
+        trigger = await self._trigger(request.scaledObjectRef, context)
+        value = await self.load.total(trigger.pool)
+        log.debug("%s: %s = %d", _who(request.scaledObjectRef), trigger.metric, value)
+        return pb.GetMetricsResponse(
+            metricValues=[
+                pb.MetricValue(
+                    metricName=request.metricName or trigger.metric,
+                    metricValue=value,
+                    metricValueFloat=float(value),
+                )
+            ]
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        ref, req = pb.ScaledObjectRef.FromString, pb.GetMetricsRequest.FromString
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            "IsActive": grpc.unary_unary_rpc_method_handler(
+                self.is_active, ref, pb.IsActiveResponse.SerializeToString
+            ),
+            "StreamIsActive": grpc.unary_stream_rpc_method_handler(
+                self.stream_is_active, ref, pb.IsActiveResponse.SerializeToString
+            ),
+            "GetMetricSpec": grpc.unary_unary_rpc_method_handler(
+                self.get_metric_spec, ref, pb.GetMetricSpecResponse.SerializeToString
+            ),
+            "GetMetrics": grpc.unary_unary_rpc_method_handler(
+                self.get_metrics, req, pb.GetMetricsResponse.SerializeToString
+            ),
+        }
+        declared = set(SERVICE.methods_by_name)
+        if set(handlers) != declared:
+            raise RuntimeError(f"scaler handlers {sorted(handlers)} != proto's {sorted(declared)}")
+        return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
+
+
+def _who(ref: pb.ScaledObjectRef) -> str:
+    return f"ScaledObject {ref.namespace}/{ref.name}"
+
+
+async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoReturn:
+    log.warning("scaler request refused: %s", message)
+    await context.abort(code, message)
+    raise AssertionError("unreachable")  # abort raises
+
+
+async def serve_scaler(load: Load, router: Router, host: str, port: int) -> grpc.aio.Server:
+    """Start the gRPC server on `host:port` in the running event loop."""
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((ExternalScaler(load, router).handler(),))
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"cannot serve KEDA's external scaler on {address} ({e}): is the port in use? "
+            "Choose another with --scaler-port, or 0 to turn the scaler off"
+        ) from e
+    await server.start()
+    log.info("KEDA external scaler (gRPC %s) on %s", SERVICE.full_name, address)
+    return server

@@ -1,0 +1,396 @@
+"""Scale from zero and faults at the gateway, over real HTTP with stand-in workers:
+requests held while a pool has no ready worker (and the bounds of that), workers that
+die before or during their answer, hung workers, terminating endpoints, and SIGTERM."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
+from tests.test_frontend import (
+    FIXTURE_TEXT,
+    PRIMARY,
+    SERVED,
+    WAV,
+    Frontend,
+    assert_still_serving,
+    error,
+    sse_events,
+)
+from tests.test_frontend import pool as pool_route
+from transcription_api.routes import RouteTable
+from transcription_frontend.forward import WorkerTimeouts
+from transcription_frontend.hold import HoldLimits
+
+HELD = "transcription_frontend_held_requests"
+REJECTIONS = "transcription_frontend_hold_rejections_total"
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def worker() -> Iterator[tuple[Running, Behaviour]]:
+    b = Behaviour()
+    with serve(vllm_app(SERVED, b)) as running:
+        yield running, b
+
+
+@pytest.fixture
+def pool() -> Iterator[Callable[..., Frontend]]:
+    """Frontends whose pool `batch` starts with the given endpoints (none: at zero)."""
+    started: list[Frontend] = []
+
+    def make(urls: list[str] | None = None, **gateway: Any) -> Frontend:
+        table = RouteTable(
+            model=PRIMARY, aliases=["whisper-1"], pools=[pool_route("batch", urls or [])]
+        )
+        started.append(Frontend(table, **gateway))
+        return started[-1]
+
+    yield make
+    for fe in started:
+        fe.running.stop()
+
+
+@pytest.fixture
+def ex() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(8) as executor:
+        yield executor
+
+
+# --------------------------------------------------------------------------- scale from zero
+
+
+def test_a_pool_at_zero_holds_the_request_until_an_endpoint_appears(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour],
+    ex: concurrent.futures.ThreadPoolExecutor,
+) -> None:  # fmt: skip
+    fe = pool()
+    # At zero the frontend is ready (it can hold) and the model is still listed.
+    assert httpx.get(f"{fe.url}/ready").json() == {"status": "ready"}
+    assert [m.id for m in fe.client.models.list()] == SERVED
+    holds = fe.metric("transcription_frontend_hold_seconds_count", pool="batch")
+    started = time.monotonic()
+    held = ex.submit(
+        lambda: fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    )
+    wait_until(lambda: fe.metric(HELD, pool="batch") == 1, what="the request to be held")
+    load = httpx.get(f"{fe.url}/internal/load").json()
+    assert load["pools"] == {"batch": {"in_flight": 0, "held": 1, "spilled": 0}}
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - started)))  # the pool scales up: 2 s
+    assert not held.done()
+    appeared = time.monotonic()
+    fe.endpoints("batch", [worker[0].url])
+    assert held.result(timeout=10).text == FIXTURE_TEXT
+    # Woken by the discovery event itself, not by a polling loop.
+    assert time.monotonic() - appeared < 0.5
+    assert fe.metric(HELD, pool="batch") == 0
+    assert fe.metric("transcription_frontend_hold_seconds_count", pool="batch") == holds + 1
+    assert_still_serving(fe)
+
+
+def test_hold_bounds_answer_503_with_retry_after_naming_the_bound(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour],
+    ex: concurrent.futures.ThreadPoolExecutor,
+) -> None:  # fmt: skip
+    fe = pool(hold_limits=HoldLimits(max_requests=1, max_bytes=3 * len(WAV), timeout=1.0))
+    before = {r: fe.metric(REJECTIONS, pool="batch", reason=r) for r in ("requests", "bytes", "timeout")}  # fmt: skip
+    first = ex.submit(fe.post, {"model": PRIMARY})
+    wait_until(lambda: fe.metric(HELD, pool="batch") == 1, what="the first request held")
+    # count: one request may wait per pool
+    r = fe.post({"model": PRIMARY})
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    assert "1 request(s) already wait for one, the limit of held requests per pool" in error(r)["message"]  # fmt: skip
+    # time: the first one gave up after its second
+    r = first.result(timeout=5)
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    e = error(r)
+    assert (e["type"], e["code"]) == ("service_unavailable", "no_ready_worker")
+    assert e["message"] == (
+        "pool batch had no ready worker within 1 s, the limit of time a request is held "
+        "while its pool scales up; retry later"
+    )
+    # bytes: this upload alone is over the bytes all held uploads may take
+    r = fe.post({"model": PRIMARY}, file=WAV * 4)
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    assert f"would exceed {3 * len(WAV)} bytes, the limit of held upload bytes" in error(r)["message"]  # fmt: skip
+    for reason in ("requests", "bytes", "timeout"):
+        assert fe.metric(REJECTIONS, pool="batch", reason=reason) == before[reason] + 1
+    assert fe.metric(HELD, pool="batch") == 0
+    fe.endpoints("batch", [worker[0].url])
+    assert_still_serving(fe)
+
+
+def test_a_client_that_leaves_while_held_is_dropped_from_the_hold(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    fe = pool(hold_limits=HoldLimits(max_requests=1))
+    with pytest.raises(httpx.ReadTimeout):
+        fe.post({"model": PRIMARY}, timeout=0.5)
+    wait_until(lambda: fe.metric(HELD, pool="batch") == 0, what="the hold to drop the request")
+    assert httpx.get(f"{fe.url}/internal/load").json()["pools"]["batch"]["held"] == 0
+    # Its place is free again (the limit is one), and nothing reached a worker.
+    fe.endpoints("batch", [worker[0].url])
+    assert_still_serving(fe)
+    assert len(worker[1].seen) == 1
+
+
+# --------------------------------------------------------------------------- worker faults
+
+
+def test_a_worker_that_closes_before_answering_is_retried_elsewhere(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    killed = RawWorker("close")
+    try:
+        fe = pool([killed.url, worker[0].url])
+        retries = fe.metric("transcription_frontend_retries_total", pool="batch")
+        for _ in range(4):
+            r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+            assert r.text == FIXTURE_TEXT
+        assert killed.connections >= 1
+        assert fe.metric("transcription_frontend_retries_total", pool="batch") >= retries + 1
+    finally:
+        killed.stop()
+
+
+def test_the_only_worker_dying_holds_the_request_until_another_is_ready(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour],
+    ex: concurrent.futures.ThreadPoolExecutor,
+) -> None:  # fmt: skip
+    killed = RawWorker("close")
+    try:
+        fe = pool([killed.url])
+        pending = ex.submit(fe.post, {"model": PRIMARY})
+        wait_until(lambda: killed.connections == 1 and fe.metric(HELD, pool="batch") == 1,
+                   what="the failed request to be held")  # fmt: skip
+        fe.endpoints("batch", [worker[0].url])  # the pod restarted elsewhere
+        r = pending.result(timeout=10)
+        assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
+    finally:
+        killed.stop()
+
+
+def test_a_worker_killed_mid_answer_is_retried_since_no_byte_reached_the_client(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    cut = RawWorker("partial")
+    try:
+        fe = pool([cut.url, worker[0].url])
+        for _ in range(4):
+            r = fe.post({"model": PRIMARY})
+            assert r.status_code == 200 and r.json() == {"text": FIXTURE_TEXT, "usage": r.json()["usage"]}  # fmt: skip
+        assert cut.connections >= 1
+    finally:
+        cut.stop()
+
+
+def test_a_stream_cut_before_its_first_event_is_retried(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    b = Behaviour(cut_stream_after=0)
+    with serve(vllm_app(SERVED, b)) as cut:
+        fe = pool([cut.url, worker[0].url])
+        for _ in range(4):
+            events = sse_events(fe.post({"model": PRIMARY, "stream": "true"}))
+            assert events[-1]["type"] == "transcript.text.done"
+            assert events[-1]["text"] == FIXTURE_TEXT
+        assert b.seen  # it was tried
+
+
+def test_a_stream_cut_mid_way_ends_with_an_error_event(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    worker[1].cut_stream_after = 2
+    fe = pool([worker[0].url])
+    r = fe.post({"model": PRIMARY, "stream": "true"})
+    assert r.status_code == 200  # the stream had begun: its end says what happened
+    events = sse_events(r)
+    assert [e["type"] for e in events] == ["transcript.text.delta"] * 2 + ["error"]
+    err = events[-1]["error"]
+    assert (err["type"], err["code"]) == ("server_error", "worker_error")
+    assert "its stream broke off: ClientPayloadError" in err["message"]
+    worker[1].cut_stream_after = None
+    assert_still_serving(fe)
+
+
+def test_a_hung_worker_times_out_with_504_and_is_not_retried(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    hung = RawWorker("silent")
+    try:
+        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read=1.0))
+        started = time.monotonic()
+        r = fe.post({"model": PRIMARY})
+        assert 0.9 < time.monotonic() - started < 5
+        assert r.status_code == 504
+        e = error(r)
+        assert (e["type"], e["code"]) == ("server_error", "worker_timeout")
+        assert f"worker {hung.url} of pool batch sent nothing for longer than" in e["message"]
+        assert hung.connections == 1  # it may still be working on it: not sent twice
+    finally:
+        hung.stop()
+
+
+def test_a_stream_that_stalls_ends_with_an_error_event_after_the_read_timeout(
+    pool: Callable[..., Frontend],
+) -> None:
+    hung = RawWorker("stall")
+    try:
+        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read=1.0))
+        started = time.monotonic()
+        events = sse_events(fe.post({"model": PRIMARY, "stream": "true"}))
+        assert 0.9 < time.monotonic() - started < 5
+        assert [e["type"] for e in events] == ["transcript.text.delta", "error"]
+        assert "its stream sent nothing for longer than the worker read timeout" in events[-1]["error"]["message"]  # fmt: skip
+    finally:
+        hung.stop()
+
+
+def test_a_terminating_endpoint_finishes_its_requests_and_gets_no_new_ones(
+    pool: Callable[..., Frontend], ex: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    old_b, new_b = Behaviour(delay=1.5), Behaviour()
+    with serve(vllm_app(SERVED, old_b)) as old, serve(vllm_app(SERVED, new_b)) as new:
+        fe = pool([old.url])
+        in_flight = ex.submit(fe.post, {"model": PRIMARY})
+        wait_until(lambda: old_b.in_flight == 1, what="a request at the old worker")
+        fe.endpoints("batch", [new.url], terminating=[old.url])  # old pod is deleted
+        wait_until(lambda: fe.router.endpoints("batch") == [new.url], what="discovery")
+        for _ in range(3):
+            assert fe.post({"model": PRIMARY}).status_code == 200
+        assert (len(old_b.seen), len(new_b.seen)) == (1, 3)
+        assert in_flight.result(timeout=10).status_code == 200  # finished, not cut
+
+
+# --------------------------------------------------------------------------- SIGTERM
+
+
+def run_frontend(routes: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transcription_frontend.main", "--routes", str(routes),
+         "--port", str(port), "--scaler-port", "0", "--log-level", "warning", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    wait_until(lambda: _up(port), timeout=30, what="the frontend to start")
+    return proc
+
+
+def _up(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def write_routes(path: Path, urls: list[str]) -> None:
+    new = path.with_suffix(".new")
+    new.write_text(RouteTable(model=PRIMARY, pools=[pool_route("batch", urls)]).dumps())
+    os.replace(new, path)  # as kubelet swaps a ConfigMap volume
+
+
+def held_on(port: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(HELD + "{"))  # fmt: skip
+
+
+def test_sigterm_forwards_held_requests_and_finishes_those_in_flight(
+    tmp_path: Path, ex: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    slow_b = Behaviour(delay=2.0)
+    with serve(vllm_app(SERVED, slow_b)) as slow:
+        routes, port = tmp_path / "routes.json", free_port()
+        write_routes(routes, [])
+        proc = run_frontend(routes, port, "--shutdown-grace", "10")
+        try:
+            url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
+            held = ex.submit(httpx.post, url, files={"file": ("a.wav", WAV)},
+                             data={"model": PRIMARY}, timeout=30)  # fmt: skip
+            wait_until(lambda: held_on(port) == 1, what="the request to be held")
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: not _up(port), what="the frontend to stop accepting")
+            write_routes(routes, [slow.url])  # a worker becomes ready during the shutdown
+            r = held.result(timeout=20)  # forwarded, then in flight for 2 s, then answered
+            assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
+            assert proc.wait(timeout=15) in (0, -signal.SIGTERM)  # uvicorn re-raises it
+        finally:
+            proc.kill()
+
+
+def test_sigterm_answers_what_no_worker_takes_before_the_grace_period_ends(
+    tmp_path: Path, ex: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    routes, port = tmp_path / "routes.json", free_port()
+    write_routes(routes, [])
+    proc = run_frontend(routes, port, "--shutdown-grace", "3")
+    try:
+        url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
+        held = ex.submit(httpx.post, url, files={"file": ("a.wav", WAV)},
+                         data={"model": PRIMARY}, timeout=30)  # fmt: skip
+        wait_until(lambda: held_on(port) == 1, what="the request to be held")
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        r = held.result(timeout=10)
+        assert time.monotonic() - stopped < 3  # answered within the grace period
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "before this frontend replica shut down; retry" in error(r)["message"]
+        assert proc.wait(timeout=10) in (0, -signal.SIGTERM)
+    finally:
+        proc.kill()
+
+
+def test_a_busy_scaler_port_stops_the_frontend_with_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    routes, port = tmp_path / "routes.json", free_port()
+    write_routes(routes, [])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "transcription_frontend.main", "--routes", str(routes),
+             "--host", "127.0.0.1", "--port", str(port), "--scaler-port", str(busy)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert out.returncode == 3
+    assert f"cannot serve KEDA's external scaler on 127.0.0.1:{busy}" in out.stderr
+    assert "--scaler-port" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--hold-timeout", "0"), ("--hold-max-requests", "-1"), ("--hold-max-bytes", "0"),
+     ("--worker-read-timeout", "0"), ("--shutdown-grace", "0")],
+)  # fmt: skip
+def test_bad_bounds_are_refused_at_start(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transcription_frontend.main import parse_args
+
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--routes", "r.json", flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: must be > 0, got {value}" in capsys.readouterr().err
+    defaults = parse_args(["--routes", "r.json"])
+    assert (defaults.scaler_port, defaults.peers_service, defaults.hold_max_requests,
+            defaults.hold_max_bytes, defaults.hold_timeout, defaults.shutdown_grace) == (
+        9090, None, 100, 1024**3, 300.0, 30)  # fmt: skip

@@ -1,0 +1,229 @@
+"""Held requests (hold.py) and what wakes them (routing.py), without HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.errors import APIError
+from transcription_api.multipart import Upload
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend import routing
+from transcription_frontend.hold import HoldLimits, Holds
+from transcription_frontend.routing import Router
+
+A, B = (PoolRoute(name=n, engine=Engine.VLLM, mode=Mode.CONTINUOUS, service=f"w-{n}") for n in "ab")
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def upload(size: int = 1000) -> Upload:
+    f = tempfile.SpooledTemporaryFile(max_size=1024 * 1024)  # noqa: SIM115 (the Upload owns it)
+    f.write(b"\0" * size)
+    return Upload(file=f, size=size)
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def setup(**limits: Any) -> tuple[Router, Holds]:
+    router = Router(RouteTable(model="m", pools=[A, B]))
+    return router, Holds(router, HoldLimits(**limits))
+
+
+async def held(
+    holds: Holds, pools: list[PoolRoute], up: Upload | None = None
+) -> asyncio.Task[None]:
+    task = asyncio.create_task(holds.wait(pools, up or upload(), holds.deadline()))
+    await asyncio.sleep(0.01)
+    return task
+
+
+def test_a_held_request_wakes_when_its_pool_gets_an_endpoint_and_not_before() -> None:
+    async def main() -> None:
+        router, holds = setup()
+        gauge = sample("transcription_frontend_held_requests", pool="a")
+        task = await held(holds, [A])
+        assert (holds.held("a"), holds.bytes) == (1, 1000)
+        assert sample("transcription_frontend_held_requests", pool="a") == gauge + 1
+        router.set_endpoints("b", ["http://10.0.0.2:8000"])  # another pool
+        router.set_endpoints("a", [])  # no change
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        router.set_endpoints("a", ["http://10.0.0.1:8000"])
+        await asyncio.wait_for(task, 1)
+        assert (holds.held("a"), holds.bytes) == (0, 0)
+        assert sample("transcription_frontend_held_requests", pool="a") == gauge
+
+    run(main())
+
+
+def test_any_candidate_pool_wakes_it_and_it_counts_for_the_first() -> None:
+    async def main() -> None:
+        router, holds = setup()
+        task = await held(holds, [A, B])
+        assert (holds.held("a"), holds.held("b")) == (1, 0)
+        router.set_endpoints("b", ["http://10.0.0.2:8000"])
+        await asyncio.wait_for(task, 1)
+
+    run(main())
+
+
+def test_the_end_of_an_ejection_wakes_held_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 0.1)
+
+    async def main() -> None:
+        router, holds = setup()
+        router.set_endpoints("a", ["http://10.0.0.1:8000"])
+        for _ in range(routing.EJECT_AFTER):
+            router.failed("http://10.0.0.1:8000", "a")
+        assert router.pick("a", set()) is None  # ejected
+        task = await held(holds, [A])
+        await asyncio.wait_for(task, 1)
+        assert router.pick("a", set()) == "http://10.0.0.1:8000"
+
+    run(main())
+
+
+def test_a_held_upload_is_moved_out_of_memory() -> None:
+    async def main() -> None:
+        router, holds = setup()
+        up = upload(4096)
+        assert up.file is not None and not up.file._rolled  # type: ignore[attr-defined]
+        task = await held(holds, [A], up)
+        assert up.file._rolled  # type: ignore[attr-defined]
+        up.file.seek(0)
+        assert up.file.read() == b"\0" * 4096  # the same bytes, now on disk
+        router.set_endpoints("a", ["http://10.0.0.1:8000"])
+        await task
+
+    run(main())
+
+
+def test_listeners_hear_of_each_new_hold_at_once() -> None:
+    async def main() -> None:
+        _router, holds = setup()
+        heard: list[str] = []
+        holds.on_hold(heard.append)
+        task = await held(holds, [B, A])
+        assert heard == ["b"]
+        task.cancel()
+
+    run(main())
+
+
+def test_the_count_bound_is_per_pool() -> None:
+    async def main() -> None:
+        _router, holds = setup(max_requests=2)
+        before = sample("transcription_frontend_hold_rejections_total", pool="a", reason="requests")
+        tasks = [await held(holds, [A]) for _ in range(2)]
+        with pytest.raises(APIError) as e:
+            await holds.wait([A], upload(), holds.deadline())
+        assert (e.value.status, e.value.headers) == (503, {"Retry-After": "5"})
+        assert (
+            "2 request(s) already wait for one, the limit of held requests per pool"
+            in e.value.message
+        )
+        assert (
+            sample("transcription_frontend_hold_rejections_total", pool="a", reason="requests")
+            == before + 1
+        )
+        tasks.append(await held(holds, [B]))  # another pool has room
+        assert holds.held("b") == 1
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert (holds.held("a"), holds.held("b"), holds.bytes) == (0, 0, 0)
+
+    run(main())
+
+
+def test_the_bytes_bound_is_for_all_pools_together() -> None:
+    async def main() -> None:
+        _router, holds = setup(max_bytes=2500)
+        first = await held(holds, [A], upload(1000))
+        second = await held(holds, [B], upload(1000))
+        with pytest.raises(
+            APIError, match="would exceed 2500 bytes, the limit of held upload bytes"
+        ):
+            await holds.wait([B], upload(1000), holds.deadline())
+        assert holds.bytes == 2000
+        for t in (first, second):
+            t.cancel()
+
+    run(main())
+
+
+def test_the_time_bound_counts_from_the_first_hold() -> None:
+    async def main() -> None:
+        _router, holds = setup(timeout=0.2)
+        deadline = holds.deadline()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(APIError) as e:
+            await holds.wait([A], upload(), deadline)
+        assert 0.15 < loop.time() - started < 0.5
+        assert e.value.status == 503 and e.value.headers == {"Retry-After": "5"}
+        assert e.value.message == (
+            "pool a had no ready worker within 0.2 s, the limit of time a request is held "
+            "while its pool scales up; retry later"
+        )
+        with pytest.raises(APIError):  # a later hold of the same request: no time left
+            await holds.wait([A], upload(), deadline)
+        assert holds.held("a") == 0
+
+    run(main())
+
+
+def test_draining_answers_what_is_held_within_the_grace_period() -> None:
+    async def main() -> None:
+        _router, holds = setup()
+        before = sample("transcription_frontend_hold_rejections_total", pool="a", reason="shutdown")
+        task = await held(holds, [A])
+        holds.drain(0.1)
+        with pytest.raises(APIError) as e:
+            await asyncio.wait_for(task, 1)
+        assert e.value.status == 503 and e.value.headers == {"Retry-After": "1"}
+        assert "before this frontend replica shut down" in e.value.message
+        # One that arrives while draining is held for what is left of the grace period.
+        with pytest.raises(APIError, match="shut down"):
+            await asyncio.wait_for(holds.wait([A], upload(), holds.deadline()), 1)
+        assert (
+            sample("transcription_frontend_hold_rejections_total", pool="a", reason="shutdown")
+            == before + 2
+        )
+
+    run(main())
+
+
+def test_a_request_woken_while_draining_goes_on() -> None:
+    async def main() -> None:
+        router, holds = setup()
+        task = await held(holds, [A])
+        holds.drain(5)
+        router.set_endpoints("a", ["http://10.0.0.1:8000"])
+        await asyncio.wait_for(task, 1)  # forwarded, not refused
+
+    run(main())
+
+
+def test_pool_in_flight_counts_terminating_endpoints_until_their_requests_end() -> None:
+    router = Router(RouteTable(model="m", pools=[A]))
+    changes: list[str] = []
+    router.on_change(changes.append)
+    router.set_endpoints("a", ["http://10.0.0.1:8000"])
+    router.acquire("http://10.0.0.1:8000", "a")
+    router.set_endpoints("a", ["http://10.0.0.2:8000"])  # the first one is terminating
+    assert router.pool_in_flight("a") == 1 and changes == ["a", "a"]
+    assert router.pick("a", set()) == "http://10.0.0.2:8000"
+    router.release("http://10.0.0.1:8000", "a")
+    assert router.pool_in_flight("a") == 0

@@ -1,0 +1,387 @@
+"""KEDA's external scaler in the frontend: the trigger's metadata, the load summed over
+frontend replicas, and a real gRPC client against two frontends over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.standins import Behaviour, Running, free_port, serve, vllm_app
+from tests.test_frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import RouteTable
+from transcription_frontend.externalscaler import externalscaler_pb2 as pb
+from transcription_frontend.externalscaler.generate import OUTPUTS, generate
+from transcription_frontend.load import LoadReport, Peers, PoolLoad, total
+from transcription_frontend.scaler import Trigger, parse_trigger
+
+HERE = Path(__file__).parent
+STUBS = HERE.parent / "frontend_image/transcription_frontend/externalscaler"
+
+
+# --------------------------------------------------------------------------- generated code
+
+
+def test_the_committed_messages_are_what_make_protos_generates(tmp_path: Path) -> None:
+    for path in generate(tmp_path):
+        committed = STUBS / path.name
+        assert path.read_bytes() == committed.read_bytes(), (
+            f"{committed} is stale: run `make protos` and commit the result"
+        )
+    assert {p.name for p in STUBS.glob("*_pb2.py*")} == set(OUTPUTS)
+
+
+def test_the_proto_is_kedas_service() -> None:
+    service = pb.DESCRIPTOR.services_by_name["ExternalScaler"]
+    assert service.full_name == "externalscaler.ExternalScaler"
+    assert {m.name: (m.input_type.name, m.output_type.name) for m in service.methods} == {
+        "IsActive": ("ScaledObjectRef", "IsActiveResponse"),
+        "StreamIsActive": ("ScaledObjectRef", "IsActiveResponse"),
+        "GetMetricSpec": ("ScaledObjectRef", "GetMetricSpecResponse"),
+        "GetMetrics": ("GetMetricsRequest", "GetMetricsResponse"),
+    }
+    # Field numbers are the wire contract with KEDA.
+    numbers = {
+        m.name: {f.name: f.number for f in m.fields}
+        for m in pb.DESCRIPTOR.message_types_by_name.values()
+    }
+    assert numbers["ScaledObjectRef"] == {"name": 1, "namespace": 2, "scalerMetadata": 3}
+    assert numbers["MetricSpec"] == {"metricName": 1, "targetSize": 2, "targetSizeFloat": 3}
+    assert numbers["MetricValue"] == {"metricName": 1, "metricValue": 2, "metricValueFloat": 3}
+    assert numbers["GetMetricsRequest"] == {"scaledObjectRef": 1, "metricName": 2}
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_trigger_metadata() -> None:
+    assert parse_trigger({"pool": "batch", "target": "4", "scalerAddress": "x:9090"}) == Trigger(
+        "batch", 4.0
+    )
+    assert parse_trigger({"pool": "batch", "target": "0.5"}).metric == "pool-batch"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"target": "2"}, "the trigger's metadata has no `pool`: set it to the pool's name"),
+        ({"pool": " ", "target": "2"}, "has no `pool`"),
+        (
+            {"pool": "batch"},
+            "the trigger's `target` must be a number > 0 (requests per replica), got ''",
+        ),
+        ({"pool": "batch", "target": "two"}, "got 'two'"),
+        ({"pool": "batch", "target": "0"}, "got '0'"),
+        ({"pool": "batch", "target": "-1"}, "got '-1'"),
+        ({"pool": "batch", "target": "nan"}, "got 'nan'"),
+        ({"pool": "batch", "target": "inf"}, "got 'inf'"),
+    ],
+)
+def test_bad_trigger_metadata_says_what_to_fix(metadata: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_trigger(metadata)
+
+
+def report(instance: str, **pools: tuple[int, int]) -> LoadReport:
+    return LoadReport(
+        instance=instance, pools={p: PoolLoad(in_flight=f, held=h) for p, (f, h) in pools.items()}
+    )
+
+
+def test_total_sums_in_flight_and_held_over_replicas() -> None:
+    reports = [report("a", batch=(2, 1), words=(0, 3)), report("b", batch=(0, 1)), report("c")]
+    assert total(reports, "batch") == 4
+    assert total(reports, "words") == 3
+    assert total(reports, "gone") == 0
+    assert total([], "batch") == 0
+
+
+def peer_app(body: Callable[[], Any], hits: list[str]) -> Starlette:
+    async def load(request: Request) -> Response:
+        hits.append(request.url.path)
+        doc = body()
+        return JSONResponse(doc) if not isinstance(doc, bytes) else Response(doc)
+
+    return Starlette(routes=[Route("/internal/load", load)])
+
+
+def test_peers_are_summed_cached_and_left_out_when_they_fail() -> None:
+    hits: list[str] = []
+    good = report("peer-1", batch=(2, 3)).model_dump()
+    me = report("me", batch=(100, 100)).model_dump()  # myself, listed among my peers
+    with (
+        serve(peer_app(lambda: good, hits)) as p1,
+        serve(peer_app(lambda: me, hits)) as p2,
+        serve(peer_app(lambda: b"not json", hits)) as p3,
+    ):
+        dead = f"http://127.0.0.1:{free_port()}"
+        errors = REGISTRY.get_sample_value("transcription_frontend_peer_load_errors_total") or 0.0
+
+        async def main() -> None:
+            peers = Peers("me")
+            async with aiohttp.ClientSession() as client:
+                peers.client = client
+                assert await peers.reports() == []  # no peers known yet
+                peers.set_urls([p1.url, p2.url, p3.url, dead])
+                got = await peers.reports()
+                assert [r.instance for r in got] == ["peer-1"]
+                assert total(got, "batch") == 5
+                n = len(hits)
+                await asyncio.gather(*(peers.reports() for _ in range(5)))
+                assert len(hits) == n  # cached for a second
+                peers.set_urls([p1.url])  # a new peer list is fetched at once
+                assert total(await peers.reports(), "batch") == 5
+                assert len(hits) == n + 1
+
+        asyncio.run(main())
+        after = REGISTRY.get_sample_value("transcription_frontend_peer_load_errors_total") or 0.0
+        assert after == errors + 2  # the garbage one and the dead one
+
+
+# --------------------------------------------------------------------------- over gRPC
+
+SERVICE = "/externalscaler.ExternalScaler/"
+
+
+class Scaler:
+    """A gRPC client of the scaler, as KEDA's is (insecure channel, the four methods)."""
+
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.is_active = self.channel.unary_unary(
+            SERVICE + "IsActive",
+            pb.ScaledObjectRef.SerializeToString,
+            pb.IsActiveResponse.FromString,
+        )
+        self.stream_is_active = self.channel.unary_stream(
+            SERVICE + "StreamIsActive",
+            pb.ScaledObjectRef.SerializeToString,
+            pb.IsActiveResponse.FromString,
+        )
+        self.get_metric_spec = self.channel.unary_unary(
+            SERVICE + "GetMetricSpec",
+            pb.ScaledObjectRef.SerializeToString,
+            pb.GetMetricSpecResponse.FromString,
+        )
+        self.get_metrics = self.channel.unary_unary(
+            SERVICE + "GetMetrics",
+            pb.GetMetricsRequest.SerializeToString,
+            pb.GetMetricsResponse.FromString,
+        )
+
+    def value(self, ref: pb.ScaledObjectRef) -> float:
+        r = self.get_metrics(
+            pb.GetMetricsRequest(scaledObjectRef=ref, metricName="pool-batch"), timeout=5
+        )
+        (v,) = r.metricValues
+        assert v.metricName == "pool-batch" and v.metricValue == v.metricValueFloat
+        return float(v.metricValueFloat)
+
+
+def ref(pool: str = "batch", target: str = "2") -> pb.ScaledObjectRef:
+    return pb.ScaledObjectRef(
+        name=f"whisper-{pool}", namespace="speech",
+        scalerMetadata={"scalerAddress": "whisper.speech:9090", "pool": pool, "target": target},
+    )  # fmt: skip
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def held(fe: Frontend) -> int:
+    """Requests this replica holds for pool batch (the metrics registry is per process)."""
+    return int(httpx.get(f"{fe.url}/internal/load").json()["pools"]["batch"]["held"])
+
+
+@pytest.fixture
+def slow() -> Iterator[tuple[Running, Behaviour]]:
+    b = Behaviour(delay=2.0)
+    with serve(vllm_app(SERVED, b)) as running:
+        yield running, b
+
+
+@pytest.fixture
+def two_frontends(slow: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, Frontend]]:
+    """Two replicas behind the Service `whisper`, each knowing the other from its slices."""
+    fes = [
+        Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [slow[0].url])]),
+                 scaler_port=free_port(), scaler_host="127.0.0.1", peers_service="whisper")
+        for _ in range(2)
+    ]  # fmt: skip
+    for fe in fes:
+        for i, other in enumerate(fes):  # one slice per port, as for pods on different ports
+            fe.gateway.apply_slice("ADDED", endpoint_slice("whisper", [other.url], name=str(i)))
+    yield fes[0], fes[1]
+    for fe in fes:
+        fe.running.stop()
+
+
+def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
+    two_frontends: tuple[Frontend, Frontend], slow: tuple[Running, Behaviour]
+) -> None:
+    a, b = two_frontends
+    scalers = [Scaler(fe.gateway.scaler_port or 0) for fe in (a, b)]
+    spec = scalers[0].get_metric_spec(ref(target="2.5"), timeout=5)
+    assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in spec.metricSpecs] == [
+        ("pool-batch", 2, 2.5)
+    ]
+    assert not scalers[0].is_active(ref(), timeout=5).result
+    assert scalers[0].value(ref()) == 0
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        # Two requests in flight at the worker through A...
+        done = [ex.submit(a.post, {"model": PRIMARY}) for _ in range(2)]
+        wait_until(lambda: slow[1].in_flight == 2, what="two requests in flight")
+        # ...whose pod then terminates: they go on; new ones are held, on A and on B.
+        a.endpoints("batch", [], terminating=[slow[0].url])
+        b.endpoints("batch", [])
+        wait_until(
+            lambda: a.router.endpoints("batch") == [] == b.router.endpoints("batch"),
+            what="discovery",
+        )
+        done += [ex.submit(fe.post, {"model": PRIMARY}) for fe in (a, b)]
+        wait_until(lambda: held(a) == held(b) == 1, what="holds")
+        # Either replica answers with the total: 2 in flight + 2 held (once its peer's
+        # report, cached for a second, is fresh).
+        for s in scalers:
+            wait_until(lambda s=s: s.value(ref()) == 4, timeout=3, what="the total of 4")
+            assert s.is_active(ref(), timeout=5).result
+        # A new pod becomes ready: everything is served, and the load goes back to 0.
+        for fe in (a, b):
+            fe.endpoints("batch", [slow[0].url])
+        assert [f.result(timeout=20).status_code for f in done] == [200] * 4
+    wait_until(
+        lambda: all(s.value(ref()) == 0 for s in scalers), timeout=3, what="the load to drain"
+    )
+    assert not scalers[1].is_active(ref(), timeout=5).result
+
+
+def test_a_peer_that_does_not_answer_is_left_out(
+    two_frontends: tuple[Frontend, Frontend], slow: tuple[Running, Behaviour]
+) -> None:
+    a, b = two_frontends
+    dead = f"http://127.0.0.1:{free_port()}"
+    a.gateway.apply_slice("ADDED", endpoint_slice("whisper", [dead], name="dead"))
+    b.endpoints("batch", [])
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        pending = ex.submit(b.post, {"model": PRIMARY})
+        wait_until(lambda: held(b) == 1, what="hold")
+        assert Scaler(a.gateway.scaler_port or 0).value(ref()) == 1  # B's, despite the dead peer
+        assert a.metric("transcription_frontend_peer_load_errors_total") >= 1
+        b.endpoints("batch", [slow[0].url])
+        assert pending.result(timeout=10).status_code == 200
+
+
+def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
+    two_frontends: tuple[Frontend, Frontend], slow: tuple[Running, Behaviour]
+) -> None:
+    a, b = two_frontends
+    for fe in (a, b):
+        fe.endpoints("batch", [])  # the pool is at zero
+    pushed: list[tuple[float, bool]] = []
+    ended: list[grpc.StatusCode] = []
+    stream = Scaler(a.gateway.scaler_port or 0).stream_is_active(ref())
+
+    def consume() -> None:
+        try:
+            for r in stream:
+                pushed.append((time.monotonic(), r.result))
+        except grpc.RpcError as e:
+            ended.append(e.code())
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(pushed) == 1, what="the first answer")
+        assert pushed[0][1] is False
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            # A request held here: pushed at once, not at the next tick.
+            sent = time.monotonic()
+            first = ex.submit(a.post, {"model": PRIMARY})
+            wait_until(lambda: len(pushed) == 2, what="a push")
+            assert pushed[1][1] is True and pushed[1][0] - sent < 0.9  # not at the next 1 s tick
+            a.endpoints("batch", [slow[0].url])
+            assert first.result(timeout=10).status_code == 200
+            wait_until(lambda: len(pushed) == 3, timeout=3, what="the idle push")
+            assert pushed[2][1] is False
+            # A request held on the other replica reaches this stream within a tick or two.
+            sent = time.monotonic()
+            second = ex.submit(b.post, {"model": PRIMARY})
+            wait_until(lambda: len(pushed) == 4, timeout=6, what="the peer's demand")
+            assert pushed[3][1] is True and pushed[3][0] - sent < 4
+            b.endpoints("batch", [slow[0].url])
+            assert second.result(timeout=10).status_code == 200
+    finally:
+        stream.cancel()
+        reader.join(timeout=5)
+    assert ended == [grpc.StatusCode.CANCELLED]  # by this client; the server never ended it
+
+
+def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
+    slow: tuple[Running, Behaviour],
+) -> None:
+    """A continuous pool at zero whose traffic a sequential pool also serves must still be
+    woken: what the fallback serves in its place counts as its load."""
+    table = RouteTable(model=PRIMARY, pools=[
+        pool("batch", []),
+        pool("words", [slow[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL),
+    ])  # fmt: skip
+    fe = Frontend(table, scaler_port=free_port(), scaler_host="127.0.0.1")
+    try:
+        s = Scaler(fe.gateway.scaler_port or 0)
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            served = ex.submit(fe.post, {"model": PRIMARY})
+            wait_until(lambda: slow[1].in_flight == 1, what="the request at the fallback")
+            load = httpx.get(f"{fe.url}/internal/load").json()["pools"]
+            assert load == {"batch": {"in_flight": 0, "held": 0, "spilled": 1},
+                            "words": {"in_flight": 1, "held": 0, "spilled": 0}}  # fmt: skip
+            assert s.value(ref()) == 1 and s.is_active(ref(), timeout=5).result
+            assert served.result(timeout=10).status_code == 200
+        assert s.value(ref()) == 0
+    finally:
+        fe.running.stop()
+
+
+def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend]) -> None:
+    s = Scaler(two_frontends[0].gateway.scaler_port or 0)
+    with pytest.raises(grpc.RpcError) as e:
+        s.get_metric_spec(ref(target="zero"), timeout=5)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == (
+        "ScaledObject speech/whisper-batch: the trigger's `target` must be a number > 0 "
+        "(requests per replica), got 'zero'"
+    )
+    with pytest.raises(grpc.RpcError) as e:
+        s.is_active(ref(pool="words"), timeout=5)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "pool 'words' is not in the frontend's route table (pools: batch)" in e.value.details()
+    # KEDA's optional StreamMetricSpec: UNIMPLEMENTED, on which KEDA falls back to polling.
+    missing = s.channel.unary_stream(SERVICE + "StreamMetricSpec", pb.ScaledObjectRef.SerializeToString,
+                                     pb.GetMetricSpecResponse.FromString)  # fmt: skip
+    with pytest.raises(grpc.RpcError) as e:
+        list(missing(ref(), timeout=5))
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert s.value(ref()) == 0  # still serving
+    assert not math.isnan(s.value(ref()))
