@@ -201,7 +201,7 @@ INVALID = [
     ({"model": {"name": "m", "aliases": ["x", "x"]}}, "model.aliases must be unique"),
     ({"model": {"name": "m", "aliases": ["m"]}}, "model.aliases must not repeat model.name"),
     ({"model": {"name": "m", "source": "pvc"}}, "model.source 'pvc' needs model.claimName and model.path"),
-    ({"pools": [{"name": "frontend"}]}, "pool names frontend, routes are reserved"),
+    ({"pools": [{"name": "frontend"}]}, "pool names frontend, routes, scaler are reserved"),
     ({"model": {"name": "m", "family": "audio-lm"}}, "model.family audio-lm runs on engine transformers only"),
     ({"model": {"name": "m", "family": "audio-lm"}, "engine": "transformers", "pools": [{"name": "a", "engine": "vllm"}]},
      "model.family audio-lm runs on engine transformers only"),

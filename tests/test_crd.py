@@ -111,7 +111,7 @@ INVALID_SPECS = [
     ),
     (
         {"model": {"name": "m"}, "pools": [{"name": "frontend"}]},
-        "pool names frontend, routes are reserved",
+        "pool names frontend, routes, scaler are reserved",
     ),
     (
         {"model": {"name": "m"}, "pools": [{"name": "a", "engineArgs": ["--port=9000"]}]},
@@ -147,6 +147,13 @@ INVALID_SPECS = [
             "pools": [{"name": "a"}, {"name": "b", "engine": "faster-whisper"}],
         },
         "model.family audio-lm runs on engine transformers only",
+    ),
+    (
+        {
+            "model": {"name": "m"},
+            "pools": [{"name": "a", "autoscaling": {"minReplicas": 3, "maxReplicas": 2}}],
+        },
+        "minReplicas must not exceed maxReplicas",
     ),
 ]
 

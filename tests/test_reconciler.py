@@ -50,6 +50,7 @@ class RecordingKube:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, ...]] = []
         self.refuse: dict[str, KubeError] = {}  # object name -> the error applying it gets
+        self.unserved: set[str] = set()  # kinds whose API is not served (404)
         self.secrets: set[str] = set()
         self.secret_error: KubeError | None = None
         self.status: dict[str, Any] | None = None
@@ -60,6 +61,10 @@ class RecordingKube:
         self.writes.append(("apply", manifest["kind"], name))
         if name in self.refuse:
             raise self.refuse[name]
+        if manifest["kind"] in self.unserved:
+            raise KubeError(
+                404, "Not Found", '{"message": "the server could not find the requested resource"}'
+            )
         obj = copy.deepcopy(manifest)
         obj["metadata"].update(uid=f"uid-{manifest['kind']}-{name}", resourceVersion="1")
         if manifest["kind"] == "Service":

@@ -79,6 +79,11 @@ class CapabilitySet(BaseModel):
         description="response_format values the engine renders itself; the frontend renders "
         "the others (text from the transcript, srt/vtt/json from segments)."
     )
+    scale_target: float = Field(
+        default=8,
+        gt=0,
+        description="Default autoscaling target: requests in flight plus queued per replica.",
+    )
     stream_dialect: str = Field(
         default="openai-chunk",
         description="Shape of the engine's stream: 'openai-chunk' (vLLM's transcription.chunk "
@@ -106,6 +111,7 @@ _VLLM = frozenset(
 _TRANSFORMERS_WHISPER = CapabilitySet(
     capabilities=frozenset({C.TRANSCRIPTIONS, C.STREAM}),
     max_concurrency=1,
+    scale_target=2,
     max_audio_seconds=30,
     native_formats=frozenset({"json"}),
     stream_dialect="raw-text",
@@ -124,6 +130,7 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
         capabilities=_VLLM,
         max_upload_bytes=VLLM_MAX_UPLOAD,
         max_concurrency=1,
+        scale_target=2,
         native_formats=frozenset({"json", "verbose_json"}),
     ),
     # Our CPU worker: everything, one request at a time.
@@ -131,6 +138,7 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
         capabilities=AUDIO,
         max_upload_bytes=MAX_UPLOAD,
         max_concurrency=1,
+        scale_target=2,
         native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
     ),
     # `transformers serve` (5.24) with a Whisper model; evidence in tests/transformers_engine/
@@ -156,6 +164,7 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
 _TRANSFORMERS_AUDIO_LM = CapabilitySet(
     capabilities=frozenset({C.CHAT, C.STREAM}),
     max_concurrency=1,
+    scale_target=2,
     native_formats=frozenset(),
 )
 FAMILY_CAPABILITIES: dict[ModelFamily, dict[tuple[Engine, Mode], CapabilitySet]] = {

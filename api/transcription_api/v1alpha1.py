@@ -10,6 +10,7 @@ tests check that both agree.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -43,7 +44,7 @@ MAX_NAME = 30  # metadata.name; children are named <name>-<pool> and must fit a 
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 MAX_POOLS = 8
-RESERVED_POOL_NAMES = ("frontend", "routes")
+RESERVED_POOL_NAMES = ("frontend", "routes", "scaler")
 MAX_ALIASES = 16
 MAX_ENGINE_ARGS = 64
 
@@ -238,6 +239,51 @@ def _managed_flag_rules() -> list[dict[str, str]]:
     ]
 
 
+DURATION = r"^([0-9]+(s|m|h))+$"
+
+
+def duration_seconds(value: str) -> int:
+    """Seconds of a duration such as '90s', '5m' or '1h30m'."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * units[u] for n, u in re.findall(r"([0-9]+)([smh])", value))
+
+
+class AutoscalingSpec(_Model):
+    """Scaling with demand, by KEDA, on the load the frontend reports for the pool."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "minReplicas must not exceed maxReplicas",
+            )
+        )
+    )
+
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Fewest replicas. 0 lets the pool scale to zero when idle; the frontend "
+        "holds requests while it wakes.",
+    )
+    max_replicas: int = Field(ge=1, le=1000, description="Most replicas.")
+    target: float | None = Field(
+        default=None,
+        gt=0,
+        le=10000,
+        description="Requests in flight plus queued per replica that the autoscaler aims "
+        "at. Default: the engine's, by mode (vllm continuous 8; sequential pools 2).",
+    )
+    scale_down_delay: str = Field(
+        default="5m",
+        pattern=DURATION,
+        max_length=20,
+        description="How long load must stay low before replicas are removed, and how long "
+        "a pool stays idle before it scales to zero (e.g. 90s, 5m).",
+    )
+
+
 class PoolSpec(_Model):
     """A set of identical workers with one engine and batching mode."""
 
@@ -257,7 +303,17 @@ class PoolSpec(_Model):
         "(one request at a time per replica). Default: continuous where the engine supports "
         "it, else sequential.",
     )
-    replicas: int = Field(default=1, ge=0, le=1000, description="Number of worker replicas.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Number of worker replicas (ignored when autoscaling is set).",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        description="Scale with demand between minReplicas and maxReplicas (KEDA must be "
+        "installed; status says when it is not).",
+    )
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec, description="Resources of each replica."
     )
@@ -565,6 +621,9 @@ def spec_problems(spec: TranscriptionDeploymentSpec) -> list[str]:
             flag = managed_flag(arg)
             if flag and managed_flag_message(flag) not in out:
                 out.append(managed_flag_message(flag))
+        a = p.autoscaling
+        if a and a.min_replicas > a.max_replicas:
+            out.append("minReplicas must not exceed maxReplicas")
     engines = {spec.engine, *(p.engine for p in spec.pools if p.engine)}
     if not engines <= set(family_engines(m.family)):
         out.append(_family_message(m.family))

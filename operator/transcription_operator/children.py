@@ -18,6 +18,7 @@ from transcription_api.v1alpha1 import (
     ResourcesSpec,
     TranscriptionDeployment,
     WeightsSource,
+    duration_seconds,
 )
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
 
@@ -31,6 +32,7 @@ from .names import (
     network_policy_name,
     pool_object_name,
     routes_name,
+    scaler_service_name,
     selector,
 )
 from .plan import Plan, PlannedPool, plan
@@ -38,6 +40,7 @@ from .plan import Plan, PlannedPool, plan
 Manifest = dict[str, Any]
 
 FRONTEND_PORT = 8080
+SCALER_PORT = 9090  # the frontend's KEDA external scaler (gRPC)
 ROUTES_MOUNT = "/etc/transcription"
 API_KEYS_MOUNT = "/etc/transcription/api-keys"
 
@@ -252,7 +255,8 @@ def worker_deployment(
         "kind": "Deployment",
         "metadata": _meta(td, pool_object_name(td, pool.name), "worker", pool.name),
         "spec": {
-            "replicas": p.replicas,
+            # An autoscaled pool's replicas belong to its autoscaler (KEDA's HPA): never set.
+            **({} if p.autoscaling else {"replicas": p.replicas}),
             "progressDeadlineSeconds": WORKER_PROGRESS_DEADLINE,
             "selector": {"matchLabels": selector(td, "worker", pool.name)},
             # Never drop below the desired capacity during a rollout.
@@ -274,6 +278,59 @@ def worker_service(td: TranscriptionDeployment, pool: PlannedPool) -> Manifest:
             "type": "ClusterIP",
             "selector": selector(td, "worker", pool.name),
             "ports": [{"name": "http", "port": WORKER_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def scaled_object(td: TranscriptionDeployment, pool: PlannedPool, cfg: OperatorConfig) -> Manifest:
+    """KEDA scales the pool's Deployment on the load the frontend reports for it (requests in
+    flight plus held), through KEDA's external-push scaler protocol: the frontend pushes
+    "active" the moment a request waits for a pool at zero."""
+    a = pool.spec.autoscaling
+    assert a is not None
+    delay = duration_seconds(a.scale_down_delay)
+    target = a.target or pool.capabilities.scale_target
+    scaler = f"{scaler_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}:{SCALER_PORT}"
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": _meta(td, pool_object_name(td, pool.name), "worker", pool.name),
+        "spec": {
+            "scaleTargetRef": {"name": pool_object_name(td, pool.name)},
+            "minReplicaCount": a.min_replicas,
+            "maxReplicaCount": a.max_replicas,
+            "pollingInterval": 5,
+            "cooldownPeriod": delay,  # idle this long before scaling to zero
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": delay}}
+                }
+            },
+            "triggers": [
+                {
+                    "type": "external-push",
+                    "metadata": {
+                        "scalerAddress": scaler,
+                        "pool": pool.name,
+                        "target": f"{target:g}",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def scaler_service(td: TranscriptionDeployment) -> Manifest:
+    """The frontend's KEDA scaler endpoint: cluster-internal, apart from the client-facing
+    Service (which may be a LoadBalancer)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(td, scaler_service_name(td), "frontend"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(td, "frontend"),
+            "ports": [{"name": "scaler", "port": SCALER_PORT, "targetPort": "scaler"}],
         },
     }
 
@@ -385,7 +442,13 @@ def frontend_rbac(td: TranscriptionDeployment) -> list[Manifest]:
     ]
 
 
-def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Manifest:
+def autoscaled(the_plan: Plan) -> bool:
+    return any(p.spec.autoscaling for p in the_plan.pools)
+
+
+def frontend_deployment(
+    td: TranscriptionDeployment, cfg: OperatorConfig, scaler: bool = False
+) -> Manifest:
     fe = td.spec.frontend
     args = [
         "--routes",
@@ -395,6 +458,12 @@ def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Man
         "--discovery",
         "kubernetes",
     ]
+    ports = [{"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"}]
+    if scaler:
+        # KEDA's scaler endpoint; each replica answers with the load of all of them, which
+        # it learns from its peers (the pods behind the client-facing Service).
+        args += ["--scaler-port", str(SCALER_PORT), "--peers-service", frontend_service_name(td)]
+        ports.append({"name": "scaler", "containerPort": SCALER_PORT, "protocol": "TCP"})
     volumes: list[Any] = [
         {"name": "routes", "configMap": {"name": routes_name(td)}},
         {"name": "tmp", "emptyDir": {}},
@@ -426,7 +495,7 @@ def frontend_deployment(td: TranscriptionDeployment, cfg: OperatorConfig) -> Man
                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
             }
         ],
-        "ports": [{"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"}],
+        "ports": ports,
         "resources": resource_requirements(fe.resources),
         "volumeMounts": mounts,
         "readinessProbe": _probe("/ready", 5, 2),
@@ -488,11 +557,17 @@ def build(
     for pool in the_plan.pools:
         out.append(worker_service(td, pool))
     out.append(frontend_service(td))
+    if autoscaled(the_plan):
+        out.append(scaler_service(td))
     for pool in the_plan.pools:
         out.append(worker_deployment(td, pool, cfg))
-    out.append(frontend_deployment(td, cfg))
+    out.append(frontend_deployment(td, cfg, scaler=autoscaled(the_plan)))
     for pool in the_plan.pools:
-        if pool.spec.replicas > 1:
+        if pool.spec.autoscaling:
+            out.append(scaled_object(td, pool, cfg))
+    for pool in the_plan.pools:
+        a = pool.spec.autoscaling
+        if (a.max_replicas if a else pool.spec.replicas) > 1:
             out.append(
                 pod_disruption_budget(td, pool_object_name(td, pool.name), "worker", pool.name)
             )

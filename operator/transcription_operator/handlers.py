@@ -26,7 +26,7 @@ from transcription_api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from . import metrics
 from .config import OperatorConfig
 from .kinds import CHILDREN, Kind
-from .kube import Kube
+from .kube import Kube, KubeError
 from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
 from .queue import WorkQueue
 from .reconciler import Cache, Pods, Reconciler
@@ -120,7 +120,13 @@ def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
     never mistakes a child it has not yet seen on a watch for a missing one."""
     for kind in CHILDREN:
         for ns in namespaces or (None,):
-            for obj in kube.list(kind.kind, ns, MANAGED_SELECTOR):
+            try:
+                objs = kube.list(kind.kind, ns, MANAGED_SELECTOR)
+            except KubeError as e:
+                if kind.optional and e.status == 404:
+                    break  # its API is not served (KEDA is not installed): nothing to know
+                raise
+            for obj in objs:
                 RUNTIME.cache.put_if_absent(obj)
     # Pods, then their Events: a status computed before the streams catch up already says
     # what it will say after (no write, no Event, caused by a restart).

@@ -22,6 +22,7 @@ class Kind:
     kind: str
     plural: str
     verbs: tuple[str, ...] = ALL_VERBS  # what the operator may do with it
+    optional: bool = False  # its API may not be served (a CRD of another project)
 
     @property
     def group(self) -> str:
@@ -52,6 +53,8 @@ CHILDREN: tuple[Kind, ...] = (
     Kind("apps/v1", "Deployment", "deployments"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
+    # KEDA's, for autoscaled pools: an API that may be missing (KEDA not installed).
+    Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", optional=True),
 )
 RESOURCE = Kind(API_VERSION, KIND, PLURAL, READ)
 SECRET = Kind("v1", "Secret", "secrets", ("get",))  # existence checks, by name only

@@ -38,6 +38,11 @@ def frontend_service_name(td: TranscriptionDeployment) -> str:
     return td.name
 
 
+def scaler_service_name(td: TranscriptionDeployment) -> str:
+    """The frontend's KEDA scaler endpoint (cluster-internal)."""
+    return f"{td.name}-scaler"
+
+
 def network_policy_name(td: TranscriptionDeployment) -> str:
     return f"{td.name}-workers"
 

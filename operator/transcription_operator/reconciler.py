@@ -21,9 +21,9 @@ from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDep
 
 from .children import build
 from .config import OperatorConfig
-from .kinds import CHILD_KIND_NAMES
+from .kinds import CHILD_KIND_NAMES, KINDS
 from .kube import Kube, KubeError
-from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, PART_OF
+from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, PART_OF, POOL_LABEL
 from .plan import plan
 from .status import Observed, compute_status, invalid_spec_status, status_body, status_events
 
@@ -219,6 +219,18 @@ class Result:
     messages: list[str] = field(default_factory=list)
 
 
+def missing_api(manifest: dict[str, Any]) -> tuple[str, str]:
+    """The problem of a child whose API the cluster does not serve (KEDA's ScaledObject)."""
+    labels = manifest["metadata"].get("labels") or {}
+    pool = labels.get(POOL_LABEL, "?")
+    return (
+        "AutoscalerMissing",
+        f"pool {pool}: spec.pools[].autoscaling needs KEDA, and this cluster does not serve "
+        f"{manifest['apiVersion']} {manifest['kind']}: install KEDA (https://keda.sh); "
+        "until then the pool does not scale",
+    )
+
+
 class Reconciler:
     def __init__(
         self, kube: Kube, cache: Cache, cfg: OperatorConfig, pods: Pods | None = None
@@ -251,6 +263,9 @@ class Reconciler:
             try:
                 applied = self.kube.apply(manifest)
             except KubeError as e:
+                if e.status == 404 and KINDS[manifest["kind"]].optional:
+                    observed.problems.append(missing_api(manifest))
+                    continue
                 # Either way the user sees it in status. A refusal (400/403/422: a bad
                 # affinity, say) waits for the spec to change; anything else (the cluster
                 # out of Service IPs, an API server hiccup) is retried with backoff.

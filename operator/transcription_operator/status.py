@@ -85,6 +85,20 @@ def rollout(dep: dict[str, Any] | None, desired: int) -> Rollout:
     return Rollout(desired, ready, done)
 
 
+def desired_replicas(pool: PlannedPool, dep: dict[str, Any] | None) -> int:
+    """What the pool should run now: its replicas, or, when it autoscales, the count the
+    autoscaler set on the Deployment (1 until the Deployment exists)."""
+    if pool.spec.autoscaling is None:
+        return pool.spec.replicas
+    return int(((dep or {}).get("spec") or {}).get("replicas", 1))
+
+
+def can_serve(pool: PlannedPool) -> bool:
+    """Whether the pool has, or can wake, a replica."""
+    a = pool.spec.autoscaling
+    return a.max_replicas > 0 if a else pool.spec.replicas > 0
+
+
 def requests_text(res: ResourcesSpec) -> str:
     """'1 nvidia.com/gpu, 4 CPU, 24Gi memory'"""
     parts = []
@@ -124,7 +138,7 @@ def no_capacity(td: TranscriptionDeployment, the_plan: Plan) -> list[tuple[str, 
     endpoints_without = set()
     for need in traffic_needs(td.spec.traffic.endpoints, td.spec.traffic.features):
         covering = [p for p in the_plan.pools if p.capabilities.covers(need)]
-        if not covering or any(p.spec.replicas > 0 for p in covering):
+        if not covering or any(can_serve(p) for p in covering):
             continue
         endpoint = next(c for c in need if c in ENDPOINTS)
         if len(need) == 1:
@@ -210,10 +224,13 @@ def compute_status(
     pools: list[PoolStatus] = []
     progress = _Progress()
     ready_pools = 0
+    asleep: list[str] = []  # autoscaled pools at zero, which wake on demand
     for p in the_plan.pools:
         name = pool_object_name(td, p.name)
         dep = observed.deployments.get(name)
-        r = rollout(dep, p.spec.replicas)
+        r = rollout(dep, desired_replicas(p, dep))
+        if p.spec.autoscaling and r.desired == 0 and r.done:
+            asleep.append(p.name)
         nr = None
         if not r.done:
             nr = summarise(dep, _pods(observed.pods, "worker", p.name), observed.events, at)
@@ -225,7 +242,7 @@ def compute_status(
                 name=p.name,
                 engine=p.engine,
                 mode=p.mode,
-                replicas=p.spec.replicas,
+                replicas=r.desired,
                 ready_replicas=r.ready,
                 capabilities=sorted(p.capabilities.capabilities),
                 automatic=p.automatic,
@@ -254,8 +271,9 @@ def compute_status(
     problems += findings(td.spec)
     problems += no_capacity(td, the_plan)
     problems += progress.failed
-    # Serving needs at least one ready replica of a pool and of the frontend.
-    serving = fe.ready > 0 and any(p.ready_replicas > 0 for p in pools)
+    # Serving needs a ready frontend and a pool with a ready replica, or one that wakes
+    # on demand (the frontend holds requests meanwhile).
+    serving = fe.ready > 0 and (any(p.ready_replicas > 0 for p in pools) or bool(asleep))
 
     def cond(type_: str, status: ConditionStatus, reason: str, message: str) -> Condition:
         return _condition(type_, status, reason, message, generation, previous, now)
@@ -282,8 +300,15 @@ def compute_status(
             cond("Reconciling", T, "RollingOut", waiting_msg),
         ]
     else:
+        ready_reason, ready_msg = "Ready", f"{ready_pools} pool(s) and the frontend are ready"
+        if asleep:
+            ready_reason = "ScaledToZero"
+            ready_msg += (
+                f"; pool{'s' if len(asleep) > 1 else ''} {', '.join(asleep)} scaled to zero, "
+                "woken by the first request (the frontend holds it meanwhile)"
+            )
         conditions = [
-            cond("Ready", T, "Ready", f"{ready_pools} pool(s) and the frontend are ready"),
+            cond("Ready", T, ready_reason, ready_msg),
             cond("Degraded", F, "AsExpected", ""),
             cond("Stalled", F, "AsExpected", ""),
             cond("Progressing", F, "Complete", ""),

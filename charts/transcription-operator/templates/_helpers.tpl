@@ -50,6 +50,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# KEDA's ScaledObjects, for pools with autoscaling (harmless where KEDA is not installed).
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The frontend's Role grants these; RBAC lets the operator grant only what it holds.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
