@@ -80,6 +80,9 @@ class Image:
     dockerfile: str = ""  # relative to the repository root; empty for base and pause
     build_args: dict[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = PROJECT_SOURCES
+    # A test-bed binary (Containerfile.binary): its name in the image, and the path of the
+    # built binary, which the test bed resolves (its cache entry names version and recipe).
+    binary: str = ""
 
 
 BASE = Image("base", sources=())
@@ -87,7 +90,13 @@ PAUSE = Image("pause", "e2e/images/Containerfile.pause", sources=("e2e/images",)
 OPERATOR = Image("operator", "operator/Dockerfile")
 FRONTEND = Image("frontend", "frontend_image/Dockerfile")
 WORKER_CPU = Image("worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"})
-ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU)
+BINARY_FILE = "e2e/images/Containerfile.binary"
+COREDNS = Image("coredns", BINARY_FILE, sources=(), binary="coredns")
+KEDA = Image("keda", BINARY_FILE, sources=(), binary="keda")
+KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, sources=(), binary="keda-adapter")
+ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
+# Where each binary image's binary comes from: set by the test bed (testbed.py).
+BINARIES: dict[str, Path] = {}
 
 
 def _files(paths: tuple[str, ...]) -> list[Path]:
@@ -123,6 +132,8 @@ def digest(image: Image) -> str:
     else:
         h.update(digest(BASE).encode())
         h.update(json.dumps(sorted(image.build_args.items())).encode())
+        if image.binary:  # its cache path names the tool's version and build recipe
+            h.update(str(BINARIES.get(image.binary, "")).encode())
         for f in [ROOT / image.dockerfile, *_files(image.sources)]:
             h.update(str(f.relative_to(ROOT)).encode() + b"\0" + _content(f) + b"\0")
     return h.hexdigest()[:12]
@@ -192,6 +203,17 @@ def _build_base(tmp: Path) -> None:
 def _build_dockerfile(image: Image, tmp: Path) -> None:
     _require("buildah")
     context = ROOT
+    args = [f"--build-arg=BASE_IMAGE={ref(BASE)}"]
+    if image.binary:
+        source = BINARIES.get(image.binary)
+        if source is None or not source.exists():
+            raise SystemExit(
+                f"image {image.name} needs the binary {image.binary}: build the test bed"
+            )
+        context = tmp / "context"
+        context.mkdir()
+        shutil.copy2(source, context / image.binary)
+        args.append(f"--build-arg=BINARY={image.binary}")
     if image is PAUSE:
         _require("gcc")
         context = tmp / "context"
@@ -200,7 +222,6 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
             ["gcc", "-static", "-Os", "-s", "-o", str(context / "pause"), str(HERE / "images" / "pause.c")],
             check=True,
         )  # fmt: skip
-    args = [f"--build-arg=BASE_IMAGE={ref(BASE)}"]
     # This machine's trust store, for the RUN steps only (pip behind a TLS-inspecting
     # proxy); nothing of it stays in the image.
     if HOST_CA.exists():
@@ -255,6 +276,8 @@ def _mkdir(p: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import testbed  # noqa: F401  (it tells this module where the test bed's binaries are)
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["build", "list"])
     args = parser.parse_args(argv)

@@ -75,6 +75,7 @@ class Node:
         api_port: int,
         sandbox_image: str,
         cluster: str,
+        dns_ip: str,
     ) -> None:
         self.dir = node_dir(cache)
         self.cluster = cluster
@@ -84,6 +85,7 @@ class Node:
         self.service_cidr = service_cidr
         self.api_port = api_port
         self.sandbox_image = sandbox_image
+        self.dns_ip = dns_ip
         self.logs = self.dir / "logs"
 
     # ----------------------------------------------------------------- paths
@@ -256,7 +258,11 @@ state = "{state}"
             "failCgroupV1": False,  # this machine has cgroups v1
             "cgroupDriver": "cgroupfs",  # no systemd
             "failSwapOn": False,
+            # Pods resolve the cluster's names through its CoreDNS, and nothing else: the
+            # node's own resolver is not passed on.
             "resolvConf": "",
+            "clusterDNS": [self.dns_ip],
+            "clusterDomain": "cluster.local",
             "makeIPTablesUtilChains": False,
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "address": NODE_IP,

@@ -35,6 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import addons  # noqa: E402
 import images  # noqa: E402
 import realnode  # noqa: E402
 
@@ -138,7 +139,18 @@ KWOK = Tool(
     {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
 )
 HELM = Tool("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"})
-ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD)
+# Cluster add-ons that run as pods on the real node (images built by images.py).
+COREDNS = Tool("coredns", "github.com/coredns/coredns", {"coredns": "."})
+KEDA = Tool(
+    "keda",
+    "github.com/kedacore/keda/v2",
+    {
+        # `go build` names each binary after its package directory.
+        "operator": "github.com/kedacore/keda/v2/cmd/operator",
+        "adapter": "github.com/kedacore/keda/v2/cmd/adapter",
+    },
+)
+ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA)
 
 
 def ldflags(tool: Tool) -> str:
@@ -149,8 +161,20 @@ def ldflags(tool: Tool) -> str:
         "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
         "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}", *_helm_kube_ldflags()],
         "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
+        "coredns": [],  # it reports the version of its module
+        "keda": [f"-X github.com/kedacore/keda/v2/version.Version={v}"],
     }[tool.name]
     return " ".join(["-s", "-w", *extra])
+
+
+# The binaries the add-on images hold (images.py builds them into FROM-scratch images).
+images.BINARIES.update(
+    {
+        "coredns": COREDNS.path("coredns"),
+        "keda": KEDA.path("operator"),
+        "keda-adapter": KEDA.path("adapter"),
+    }
+)
 
 
 def say(msg: str) -> None:
@@ -438,6 +462,7 @@ def node() -> realnode.Node:
         api_port=port,
         sandbox_image=images.ref(images.PAUSE),
         cluster=CLUSTER,
+        dns_ip=service_ip(10),
     )
 
 
@@ -455,6 +480,35 @@ def start_real_node() -> None:
         n.import_image(images.archive(image), refs[image.name])
     wait_node_ready(realnode.NODE_NAME, timeout=120)
     say(f"real node ready in {time.monotonic() - start:.1f}s; images: {', '.join(refs.values())}")
+    install_addons(refs)
+
+
+def install_addons(refs: dict[str, str]) -> None:
+    """Cluster DNS and KEDA, as pods on the real node (see addons.py)."""
+    start = time.monotonic()
+    addons.apply(kubectl, addons.coredns(refs["coredns"], service_ip(10)))
+    with tempfile.TemporaryDirectory() as d:
+        kustomization = addons.keda_kustomization(_module_dir(KEDA) / "config" / "minimal", refs)
+        (Path(d) / "kustomization.yaml").write_text(json.dumps(kustomization))
+        manifests = kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", d)
+    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=testbed", "-f", "-",
+            input=manifests)  # fmt: skip
+    for ns, name in (
+        (addons.DNS_NAMESPACE, "coredns"),
+        (addons.KEDA_NAMESPACE, "keda-operator"),
+        (addons.KEDA_NAMESPACE, "keda-operator-metrics-apiserver"),
+    ):
+        kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=180s")
+    say(f"add-ons ready in {time.monotonic() - start:.1f}s: CoreDNS, KEDA {KEDA.version}")
+
+
+def _module_dir(tool: Tool) -> Path:
+    """Where the Go module cache holds the source of a tool's module."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{tool.module}@{tool.version}"],
+        cwd=TOOLS / tool.name, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return Path(json.loads(out)["Dir"])
 
 
 def wait_node_ready(name: str, timeout: float) -> None:

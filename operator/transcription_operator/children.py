@@ -511,6 +511,9 @@ def frontend_deployment(
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
+        # preStop (5 s: endpoints drop it first) + the frontend's own drain on SIGTERM
+        # (--shutdown-grace, 30 s: requests in flight and held finish), with room to spare.
+        "terminationGracePeriodSeconds": 45,
     }
     return {
         "apiVersion": "apps/v1",
