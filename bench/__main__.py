@@ -1,4 +1,4 @@
-"""python -m bench [frontend|worker|operator|all] [--quick]"""
+"""python -m bench [frontend|worker|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import sys
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument(
-        "which", nargs="?", default="all", choices=["frontend", "worker", "operator", "all"]
+        "which",
+        nargs="?",
+        default="all",
+        choices=["frontend", "worker", "operator", "scale", "all"],
     )
     p.add_argument("--quick", action="store_true", help="fewer requests/resources (a smoke run)")
     args = p.parse_args()
-    names = ["frontend", "worker", "operator"] if args.which == "all" else [args.which]
+    names = ["frontend", "worker", "operator", "scale"] if args.which == "all" else [args.which]
     for name in names:
         module = __import__(f"bench.{name}", fromlist=["run"])
         module.run(quick=args.quick)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -224,3 +225,36 @@ def operator(
     op.start()
     yield op
     op.stop()
+
+
+@contextlib.contextmanager
+def operator_in_cluster(
+    kubectl: Kubectl, cluster: Path, release: str, watch: str, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """The Helm chart installed with the test bed's images, watching one namespace: the
+    operator runs in the cluster from its image, under its ServiceAccount. Yields the
+    namespace it runs in (restricted PodSecurity, like the one it watches)."""
+    import images
+    from test_chart import CHART, helm
+
+    refs = images.refs()
+    system_ns = create_namespace(kubectl, f"{watch}-system", simulated=False)
+    kubectl("label", "namespace", system_ns, "pod-security.kubernetes.io/enforce=restricted")
+    repo, tag = refs["operator"].rsplit(":", 1)
+    try:
+        helm(
+            "upgrade", "--install", release, str(CHART), "-n", system_ns, "--wait", "--timeout", "3m",
+            "--set", "crds.install=false",  # the CRD is already there (another release owns it)
+            "--set", f"watchNamespaces={{{watch}}}",
+            "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
+            "--set", "image.pullPolicy=Never",
+            "--set", f"defaultImages.frontend={refs['frontend']}",
+            "--set", f"defaultImages.fasterWhisper={refs['worker-cpu']}",
+            "--set", "defaultImages.pullPolicy=Never",
+            *extra,
+            kubeconfig=cluster,
+        )  # fmt: skip
+        yield system_ns
+    finally:
+        helm("uninstall", release, "-n", system_ns, check=False, kubeconfig=cluster)
+        kubectl.run("delete", "namespace", system_ns, "--wait=false", check=False)

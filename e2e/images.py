@@ -154,14 +154,14 @@ def refs() -> dict[str, str]:
 # --------------------------------------------------------------------------- building
 
 
-def buildah(*args: str, capture: bool = False) -> str:
+def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
     store = cache_dir() / "buildah"
     cmd = [
         "buildah", "--root", str(store / "root"), "--runroot", str(store / "run"),
         "--storage-driver", "vfs", *args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=capture, text=True)
-    if proc.returncode:
+    if proc.returncode and check:
         detail = (proc.stderr or "") if capture else "(see above)"
         raise SystemExit(f"buildah {args[0]} failed (exit {proc.returncode}): {detail.strip()}")
     return proc.stdout or ""
@@ -242,6 +242,8 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     for i in images:
         if i not in todo:
             say(f"{i.name}: cached ({ref(i)})")
+    if todo:  # what interrupted builds left behind holds their layers
+        buildah("rm", "--all", capture=True, check=False)
     for n, image in enumerate(todo, 1):
         say(f"[{n}/{len(todo)}] building {ref(image)}")
         start = time.monotonic()
@@ -255,7 +257,7 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
             buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
             if image is not BASE:  # the archive is the cache; the builder keeps only FROM
                 buildah("rmi", "--force", ref(image), capture=True)
-                buildah("rmi", "--prune", capture=True)
+                buildah("rmi", "--prune", capture=True, check=False)
             for old in cache_dir().glob(f"{image.name}-*.tar"):
                 old.unlink()
             part.rename(archive(image))

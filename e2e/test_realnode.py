@@ -27,8 +27,7 @@ import pytest
 
 import images
 import testbed
-from conftest import Kubectl, create_namespace, wait_for
-from test_chart import CHART, helm
+from conftest import Kubectl, create_namespace, operator_in_cluster, wait_for
 from test_operator import SAMPLES, wait_ready
 from tests.audio import SENTENCES, speak, wer
 from transcription_api.v1alpha1 import TranscriptionDeployment
@@ -71,31 +70,16 @@ def resource() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def stack(kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None) -> Iterator[Stack]:
     ns = create_namespace(kubectl, "r", simulated=False)
-    system_ns = create_namespace(kubectl, "r-system", simulated=False)
-    for n in (ns, system_ns):
-        kubectl("label", "namespace", n, "pod-security.kubernetes.io/enforce=restricted")
-    operator_repo, operator_tag = REFS["operator"].rsplit(":", 1)
-    helm(
-        "upgrade", "--install", RELEASE, str(CHART), "-n", system_ns, "--wait", "--timeout", "3m",
-        "--set", "crds.install=false",  # the CRD is already there (another release owns it)
-        "--set", f"watchNamespaces={{{ns}}}",
-        "--set", f"image.repository={operator_repo}", "--set", f"image.tag={operator_tag}",
-        "--set", "image.pullPolicy=Never",
-        "--set", f"defaultImages.frontend={REFS['frontend']}",
-        "--set", f"defaultImages.fasterWhisper={REFS['worker-cpu']}",
-        "--set", "defaultImages.pullPolicy=Never",
-        kubeconfig=cluster,
-    )  # fmt: skip
-    kubectl.apply(resource(), ns)
-    try:
-        # Real pods: the worker loads Whisper before its startup probe passes.
-        wait_ready(kubectl, ns, NAME, timeout=300)
-        yield Stack(kubectl, ns, system_ns)
-    finally:
-        kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
-        helm("uninstall", RELEASE, "-n", system_ns, check=False, kubeconfig=cluster)
-        for n in (ns, system_ns):
-            kubectl.run("delete", "namespace", n, "--wait=false", check=False)
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as system_ns:
+        kubectl.apply(resource(), ns)
+        try:
+            # Real pods: the worker loads Whisper before its startup probe passes.
+            wait_ready(kubectl, ns, NAME, timeout=300)
+            yield Stack(kubectl, ns, system_ns)
+        finally:
+            kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
+            kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,55 @@
+"""Scaling benchmark on the test bed's real node: one row per event (cold start from zero,
+ramp up, scale-down, pool rollout, frontend rollout, and each fault), under steady load
+through the frontend's Service. The events are e2e/scenarios.py's, whose invariants the
+e2e suite asserts; this reports the numbers: load offered and served, failures by status,
+p50/p99 latency during the event, and the time until the replica count settled."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .common import ROOT, say, table, write
+
+sys.path[:0] = [str(ROOT / "e2e"), str(ROOT)]
+import scenarios  # noqa: E402
+import testbed  # noqa: E402
+from conftest import CRD_FILE, Kubectl  # noqa: E402
+from load import summary  # noqa: E402
+from tests.audio import SENTENCES, speak  # noqa: E402
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    say("bench scale: the test bed with its real node (building what is missing)")
+    kubeconfig = testbed.up()
+    kubectl = Kubectl(kubeconfig)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    sentence = SENTENCES[0]
+    audio = speak(sentence, Path(tempfile.mkdtemp(prefix="bench-scale-"))).read_bytes()
+    events = scenarios.EVENTS[:3] if quick else scenarios.EVENTS
+    rows, results = [], []
+    with scenarios.stack(kubectl, kubeconfig, audio, sentence) as s:
+        for event in events:
+            say(f"event: {event.__name__.replace('_', ' ')}")
+            r = event(s)
+            stats = summary(r.outcomes, r.seconds)
+            results.append({"event": r.event, "seconds": round(r.seconds, 1),
+                            "settle_s": None if r.settle_s is None else round(r.settle_s, 1),
+                            **stats, **r.notes})  # fmt: skip
+            failed = ", ".join(f"{k}: {v}" for k, v in stats["failures"].items()) or "0"
+            rows.append([r.event, stats["offered_rps"], stats["served_rps"], failed,
+                         stats["p50_s"], stats["p99_s"],
+                         "" if r.settle_s is None else round(r.settle_s, 1),
+                         ", ".join(f"{k} {v}" for k, v in r.notes.items())])  # fmt: skip
+    table(
+        "Scaling and faults on the real node (CPU sample, tiny.en, 1 pool min 0 max "
+        f"{scenarios.MAX}, 2 frontends; steady load through the Service)",
+        ["event", "offered req/s", "served req/s", "failures", "p50 s", "p99 s",
+         "settled in s", "notes"],
+        rows,
+    )  # fmt: skip
+    data = {"events": results}
+    write("scale", data)
+    return data

@@ -1,0 +1,283 @@
+"""Scaling events and faults on the real node, under load: shared by the e2e tests that
+assert what must hold (e2e/test_scaling.py) and `python -m bench scale`, which reports the
+numbers.
+
+The stack: the operator in the cluster (the chart, from its image) running the CPU sample
+with an autoscaled pool (KEDA; the frontend is its external-push scaler) and two frontend
+replicas. Each event runs while `Load` (e2e/load.py) sends steady traffic through the
+frontend's Service, and returns a `Result`: the requests started during the event and how
+long the cluster took to settle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import testbed
+from conftest import Kubectl, create_namespace, operator_in_cluster, wait_for
+from load import Load, Outcome
+from test_operator import SAMPLES, condition, td_get
+
+NAME, POOL = "whisper-cpu", "cpu"
+RELEASE = "scaling-operator"
+DELAY = "20s"  # scaleDownDelay: short, so that scale-down is seen
+MAX = 2
+
+
+def resource(**pool: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(json.dumps(SAMPLES["cpu-faster-whisper"]))
+    p = doc["spec"]["pools"][0]
+    p.pop("replicas", None)
+    p["resources"]["cpu"] = "500m"  # two workers and two frontends fit the 2-core node
+    p["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX, "scaleDownDelay": DELAY}
+    p.update(pool)
+    doc["spec"]["frontend"] = {"replicas": 2, "resources": {"cpu": "250m", "memory": "512Mi"}}
+    return doc
+
+
+@dataclass
+class Result:
+    event: str
+    outcomes: list[Outcome]
+    seconds: float  # how long the event's window lasted
+    settle_s: float | None  # until the replica count settled (None: not measured)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Scaling:
+    kubectl: Kubectl
+    namespace: str
+    system_namespace: str
+    audio: bytes
+    sentence: str
+
+    @property
+    def url(self) -> str:
+        svc = self.kubectl.json("get", "service", NAME, "-n", self.namespace)
+        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+
+    def replicas(self) -> tuple[int, int]:
+        """(desired, ready) of the pool's Deployment, as KEDA/HPA set them."""
+        dep = self.kubectl.json("get", "deployment", f"{NAME}-{POOL}", "-n", self.namespace)
+        return int(dep["spec"].get("replicas", 0)), int(dep["status"].get("readyReplicas") or 0)
+
+    def pods(self, component: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.kubectl.json(
+            "get", "pods", "-n", self.namespace,
+            "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component={component}",
+        )["items"]  # fmt: skip
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def load(self, clients: int, stream: bool = False) -> Load:
+        return Load(self.url, self.audio, clients, stream=stream)
+
+    def wait_replicas(self, desired: int, timeout: float) -> float:
+        start = time.monotonic()
+        wait_for(lambda: self.replicas() == (desired, desired), timeout=timeout, interval=1,
+                 what=f"pool {POOL} at {desired} ready replicas")  # fmt: skip
+        return time.monotonic() - start
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        self.kubectl.apply(doc, self.namespace)
+
+
+@contextmanager
+def stack(kubectl: Kubectl, cluster: Path, audio: bytes, sentence: str) -> Iterator[Scaling]:
+    ns = create_namespace(kubectl, "s", simulated=False)
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as system_ns:
+        kubectl.apply(resource(), ns)
+        try:
+            yield Scaling(kubectl, ns, system_ns, audio, sentence)
+        finally:
+            kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
+            kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _during(s: Scaling, event: str, clients: int, act: Callable[[], float | None]) -> Result:
+    """Run `act` (the event; returns its settle time) under steady load, then let the load
+    run a few more requests past it."""
+    with s.load(clients) as load:
+        load.wait_for_successes(clients, timeout=300)
+        t0 = time.monotonic()
+        settle = act()
+        load.wait_for_successes(len(load.outcomes) + clients, timeout=180)
+        t1 = time.monotonic()
+    return Result(event, load.between(t0, t1), t1 - t0, settle)
+
+
+# --------------------------------------------------------------------------- events
+
+
+def cold_start(s: Scaling) -> Result:
+    """The idle pool at zero (status: Ready, ScaledToZero); the first request is held by the
+    frontend, wakes the pool, and is answered."""
+    s.wait_replicas(0, timeout=300)
+
+    def scaled_to_zero() -> dict[str, Any] | None:
+        td = td_get(s.kubectl, s.namespace, NAME)
+        return td if condition(td, "Ready").get("reason") == "ScaledToZero" else None
+
+    wait_for(scaled_to_zero, timeout=60, what="Ready=True ScaledToZero")
+    t0 = time.monotonic()
+    with Load(s.url, s.audio, 1) as load:
+        load.wait_for_successes(1, timeout=300)
+    first = load.outcomes[0]
+    return Result("cold start from zero", load.outcomes, time.monotonic() - t0, None,
+                  {"time_to_first_response_s": round(first.seconds, 1)})  # fmt: skip
+
+
+def ramp_up(s: Scaling) -> Result:
+    with s.load(clients=6) as load:
+        t0 = time.monotonic()
+        settle = s.wait_replicas(MAX, timeout=300)
+        load.wait_for_successes(len(load.outcomes) + 4, timeout=180)
+        t1 = time.monotonic()
+    return Result(f"ramp up to {MAX} (6 clients)", load.between(t0, t1), t1 - t0, settle)
+
+
+def scale_down(s: Scaling) -> Result:
+    """After the load stops: back to zero once idle for scaleDownDelay."""
+    t0 = time.monotonic()
+    settle = s.wait_replicas(0, timeout=300)
+    return Result(f"scale-down to 0 (delay {DELAY})", [], time.monotonic() - t0, settle)
+
+
+def pool_rollout(s: Scaling) -> Result:
+    def act() -> float:
+        old = {p["metadata"]["name"] for p in s.pods("worker")}
+        start = time.monotonic()
+        s.apply(resource(env=[{"name": "ROLLOUT", "value": str(time.time())}]))
+        wait_for(
+            lambda: not ({p["metadata"]["name"] for p in s.pods("worker")} & old)
+            and s.replicas()[1] >= 1 and s.replicas()[0] == s.replicas()[1],
+            timeout=300, interval=1, what="the pool's pods replaced",
+        )  # fmt: skip
+        return time.monotonic() - start
+
+    return _during(s, "pool rollout (spec change)", 3, act)
+
+
+def frontend_rollout(s: Scaling) -> Result:
+    def act() -> float:
+        old = {p["metadata"]["name"] for p in s.pods("frontend")}
+        doc = resource()
+        doc["spec"]["pod"] = {"annotations": {"rollout": str(time.time())}}
+        start = time.monotonic()
+        s.apply(doc)
+        wait_for(lambda: not ({p["metadata"]["name"] for p in s.pods("frontend")} & old)
+                 and _all_ready(s.pods("frontend")),
+                 timeout=300, interval=1, what="the frontend's pods replaced")  # fmt: skip
+        return time.monotonic() - start
+
+    return _during(s, "frontend rollout", 3, act)
+
+
+def worker_killed(s: Scaling) -> Result:
+    def act() -> float:
+        pod = s.pods("worker")[0]
+        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+        start = time.monotonic()
+        os.kill(container_pid(pod), signal.SIGKILL)
+        wait_for(
+            lambda: any(p["metadata"]["name"] == pod["metadata"]["name"]
+                        and p["status"]["containerStatuses"][0]["restartCount"] > restarts
+                        and p["status"]["containerStatuses"][0]["ready"]
+                        for p in s.pods("worker")),
+            timeout=300, interval=1, what="the killed worker restarted and ready",
+        )  # fmt: skip
+        return time.monotonic() - start
+
+    return _during(s, "worker container SIGKILL", 3, act)
+
+
+def frontend_deleted(s: Scaling) -> Result:
+    def act() -> float:
+        victim = s.pods("frontend")[0]["metadata"]["name"]
+        start = time.monotonic()
+        s.kubectl("delete", "pod", victim, "-n", s.namespace, "--wait=false")
+        wait_for(lambda: len(s.pods("frontend")) == 2 and _all_ready(s.pods("frontend"))
+                 and victim not in {p["metadata"]["name"] for p in s.pods("frontend")},
+                 timeout=180, interval=1, what="the frontend replaced")  # fmt: skip
+        return time.monotonic() - start
+
+    return _during(s, "frontend pod deleted (2 replicas)", 3, act)
+
+
+def api_server_restarted(s: Scaling) -> Result:
+    result = _during(s, "API server restart", 2, restart_api_server)
+    # The operator's watches resumed: a child deleted now is restored.
+    svc = f"{NAME}-scaler"
+    uid = s.kubectl.json("get", "service", svc, "-n", s.namespace)["metadata"]["uid"]
+    s.kubectl("delete", "service", svc, "-n", s.namespace)
+
+    def restored() -> bool:
+        o = s.kubectl.run("get", "service", svc, "-n", s.namespace, "-o", "json", check=False)
+        return o.returncode == 0 and json.loads(o.stdout)["metadata"]["uid"] != uid
+
+    wait_for(restored, timeout=60, what="the operator to restore a deleted child after the restart")
+    return result
+
+
+EVENTS: list[Callable[[Scaling], Result]] = [
+    cold_start, ramp_up, scale_down, pool_rollout, frontend_rollout, worker_killed,
+    frontend_deleted, api_server_restarted,
+]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _all_ready(pods: list[dict[str, Any]]) -> bool:
+    return all(c["ready"] for p in pods for c in p["status"].get("containerStatuses", []))
+
+
+def container_pid(pod: dict[str, Any]) -> int:
+    """The host PID of a pod's container process (its init, as containerd runs it)."""
+    cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    out = testbed.node().ctr("tasks", "ls") or ""
+    for line in out.splitlines()[1:]:
+        task, pid, *_ = line.split()
+        if task == cid:
+            return int(pid)
+    raise AssertionError(f"no running task for container {cid}")
+
+
+def restart_api_server() -> float:
+    """Stop the API server and start it again with the same command line; returns how long
+    it was away."""
+    procs = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    pid, cmdline = next(
+        (int(p.name), args)
+        for p in procs
+        if (args := _cmdline(p)) and Path(args[0]).name == "kube-apiserver"
+        and any(str(testbed.WORKDIR / "clusters" / testbed.CLUSTER) in a for a in args)
+    )  # fmt: skip
+    cwd = os.readlink(f"/proc/{pid}/cwd")
+    start = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    while Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+    logs = testbed.WORKDIR / "clusters" / testbed.CLUSTER / "logs" / "kube-apiserver.log"
+    with logs.open("ab") as log:
+        subprocess.Popen(cmdline, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)  # fmt: skip
+    wait_for(testbed.is_up, timeout=120, interval=0.5, what="the API server back")
+    return time.monotonic() - start
+
+
+def _cmdline(proc: Path) -> list[str]:
+    try:
+        return [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []

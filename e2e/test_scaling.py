@@ -1,0 +1,72 @@
+"""Scale with demand and survive faults, on the real node, under real load: each event of
+e2e/scenarios.py keeps its invariant. No request fails: not during a scale from zero,
+scale-up or scale-down, not during a rollout of the pool or of the frontend, not when a
+worker is SIGKILLed, a frontend pod deleted or the API server restarted. (`python -m bench
+scale` runs the same events and reports their numbers.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import scenarios
+from conftest import Kubectl
+from load import failures, summary
+from scenarios import Result, Scaling
+from tests.audio import SENTENCES, speak
+
+
+@pytest.fixture(scope="module")
+def scaling(
+    kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Scaling]:  # fmt: skip
+    sentence = SENTENCES[0]
+    audio = speak(sentence, tmp_path_factory.mktemp("speech")).read_bytes()
+    with scenarios.stack(kubectl, cluster, audio, sentence) as s:
+        yield s
+
+
+def no_failures(result: Result) -> None:
+    print(f"\n{result.event}: {json.dumps(summary(result.outcomes, result.seconds))}, "
+          f"settled in {result.settle_s}s, {result.notes}")  # fmt: skip
+    bad = failures(result.outcomes)
+    assert not bad, f"{result.event}: {len(bad)} failed: {bad[:5]}"
+
+
+def test_a_pool_at_zero_answers_its_first_request(scaling: Scaling) -> None:
+    result = scenarios.cold_start(scaling)
+    assert result.outcomes and result.outcomes[0].ok
+    no_failures(result)
+
+
+def test_load_scales_the_pool_to_its_maximum_and_idle_brings_it_back_to_zero(
+    scaling: Scaling,
+) -> None:
+    no_failures(scenarios.ramp_up(scaling))
+    assert scenarios.scale_down(scaling).settle_s is not None
+
+
+def test_a_pool_rollout_under_load_fails_nothing(scaling: Scaling) -> None:
+    no_failures(scenarios.pool_rollout(scaling))
+
+
+def test_a_frontend_rollout_under_load_fails_nothing(scaling: Scaling) -> None:
+    no_failures(scenarios.frontend_rollout(scaling))
+
+
+def test_a_killed_worker_loses_no_request(scaling: Scaling) -> None:
+    """Requests cut before any byte reached the client are retried on another replica (or
+    held until one is back); the kubelet restarts the container and it serves again."""
+    no_failures(scenarios.worker_killed(scaling))
+
+
+def test_a_deleted_frontend_pod_fails_nothing(scaling: Scaling) -> None:
+    no_failures(scenarios.frontend_deleted(scaling))
+
+
+def test_an_api_server_restart_fails_nothing_and_watches_resume(scaling: Scaling) -> None:
+    no_failures(scenarios.api_server_restarted(scaling))
