@@ -389,6 +389,13 @@ def start_control_plane() -> None:
             f"kubelet-client-certificate={pki_dir() / 'admin.crt'}",
             f"kubelet-client-key={pki_dir() / 'admin.key'}",
             "kubelet-preferred-address-types=InternalIP",
+            # The aggregation layer (KEDA's external metrics API): extension API servers
+            # trust the front proxy's client certificate (the admin one) through this CA.
+            f"requestheader-client-ca-file={pki_dir() / 'ca.crt'}",
+            "requestheader-allowed-names=kwok-admin",  # only the proxy's certificate
+            "requestheader-username-headers=X-Remote-User",
+            "requestheader-group-headers=X-Remote-Group",
+            "requestheader-extra-headers-prefix=X-Remote-Extra-",
             "enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         ],
         "kube-controller-manager": [f"service-cluster-ip-range={SERVICE_CIDR}"],
@@ -488,7 +495,9 @@ def install_addons(refs: dict[str, str]) -> None:
     start = time.monotonic()
     addons.apply(kubectl, addons.coredns(refs["coredns"], service_ip(10)))
     with tempfile.TemporaryDirectory() as d:
-        kustomization = addons.keda_kustomization(_module_dir(KEDA) / "config" / "minimal", refs)
+        # kustomize takes relative paths only: a copy of KEDA's config/ next to ours.
+        shutil.copytree(_module_dir(KEDA) / "config", Path(d) / "keda")
+        kustomization = addons.keda_kustomization(Path("keda") / "minimal", refs)
         (Path(d) / "kustomization.yaml").write_text(json.dumps(kustomization))
         manifests = kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", d)
     kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=testbed", "-f", "-",
@@ -496,9 +505,11 @@ def install_addons(refs: dict[str, str]) -> None:
     for ns, name in (
         (addons.DNS_NAMESPACE, "coredns"),
         (addons.KEDA_NAMESPACE, "keda-operator"),
-        (addons.KEDA_NAMESPACE, "keda-operator-metrics-apiserver"),
+        (addons.KEDA_NAMESPACE, "keda-metrics-apiserver"),
     ):
         kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=180s")
+    kubectl("wait", "--for=condition=Available", "apiservice/v1beta1.external.metrics.k8s.io",
+            "--timeout=120s")  # fmt: skip
     say(f"add-ons ready in {time.monotonic() - start:.1f}s: CoreDNS, KEDA {KEDA.version}")
 
 
