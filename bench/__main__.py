@@ -1,4 +1,4 @@
-"""python -m bench [frontend|worker|operator|scale|all] [--quick]"""
+"""python -m bench [frontend|worker|worker-settings|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ def main() -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["frontend", "worker", "operator", "scale", "all"],
+        choices=["frontend", "worker", "worker-settings", "operator", "scale", "all"],
     )
     p.add_argument("--quick", action="store_true", help="fewer requests/resources (a smoke run)")
     args = p.parse_args()
     names = ["frontend", "worker", "operator", "scale"] if args.which == "all" else [args.which]
     for name in names:
-        module = __import__(f"bench.{name}", fromlist=["run"])
+        module = __import__(f"bench.{name.replace('-', '_')}", fromlist=["run"])
         module.run(quick=args.quick)
     return 0
 

@@ -196,8 +196,6 @@ def test_deleting_the_resource_removes_every_child(kubectl: Kubectl, namespace: 
 
 INVALID = [
     ({"pools": [{"name": "a"}, {"name": "a"}]}, "pool names must be unique"),
-    ({"engine": "faster-whisper", "pools": [{"name": "a", "mode": "continuous"}]},
-     "engine faster-whisper cannot run in continuous mode; use sequential"),
     ({"model": {"name": "m", "aliases": ["x", "x"]}}, "model.aliases must be unique"),
     ({"model": {"name": "m", "aliases": ["m"]}}, "model.aliases must not repeat model.name"),
     ({"model": {"name": "m", "source": "pvc"}}, "model.source 'pvc' needs model.claimName and model.path"),

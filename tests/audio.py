@@ -21,6 +21,28 @@ SENTENCES = [
     "Please send me the report before the end of the week.",
 ]
 
+# Sentences tiny.en gets wrong from espeak-ng's voice (names, rare words, tongue twisters,
+# homophones); two of them send greedy and beam decoding into repetition loops that only the
+# temperature fallback gets out of. For benchmarks that must report WER honestly.
+HARD_SENTENCES = [
+    "We will need three more chairs for the conference room.",
+    "Could you call me back when you have a free moment?",
+    "Their colonel read the rough draft, though he thought it was thorough.",
+    "Please configure the PostgreSQL replica with synchronous commit disabled.",
+    "The weather today is sunny with a light breeze from the west.",
+    "She sells seashells by the seashore on sunny summer Sundays.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Wojciech and Siobhan flew from Reykjavik to Ouagadougou in February.",
+    "The sixth sick sheikh's sixth sheep is sick.",
+    "Peter Piper picked a peck of pickled peppers.",
+    "Kubernetes schedules pods onto nodes with enough allocatable resources.",
+    "Anemone, synecdoche and onomatopoeia are rarely used words.",
+    "The archaeologist catalogued the Mesopotamian cuneiform tablets meticulously.",
+    "Worcestershire sauce is used in Caesar salad dressing.",
+    "The bass player caught a bass while fishing near the bow of the boat.",
+    "I scream, you scream, we all scream for ice cream.",
+]
+
 
 def tone_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
     """A valid 16-bit mono WAV of a 440 Hz tone (for tests that need audio, not speech)."""

@@ -87,7 +87,7 @@ def test_the_frontend_serves_the_scaler_on_an_internal_service() -> None:
 def test_the_target_can_be_set_and_sequential_pools_default_to_two() -> None:
     spec = {"model": {"name": "m"}, "engine": "faster-whisper",
             "pools": [{"name": "cpu", "autoscaling": {"maxReplicas": 3, "target": 1.5}},
-                      {"name": "seq", "autoscaling": {"maxReplicas": 3}}]}  # fmt: skip
+                      {"name": "seq", "mode": "sequential", "autoscaling": {"maxReplicas": 3}}]}  # fmt: skip
     out = children(spec)
     assert (
         out[("ScaledObject", "whisper-cpu")]["spec"]["triggers"][0]["metadata"]["target"] == "1.5"

@@ -14,7 +14,7 @@ from tests.conftest import make_td
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_api.worker import WorkerSettings
-from transcription_operator.children import build
+from transcription_operator.children import build, cpu_threads
 from transcription_operator.config import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,3 +227,67 @@ def test_api_key_secret_is_mounted_into_the_frontend() -> None:
 
 def test_build_is_deterministic(vllm_td: TranscriptionDeployment) -> None:
     assert build(vllm_td, CFG) == build(vllm_td, CFG)
+
+
+def test_faster_whisper_pools_get_decoding_settings_and_the_image_for_their_device() -> None:
+    td = make_td(
+        {
+            "model": {"name": "m"},
+            "engine": "faster-whisper",
+            "pools": [
+                {"name": "cpu", "resources": {"cpu": "1500m"}, "beamSize": 1, "vadFilter": True},
+                {"name": "gpu", "resources": {"gpus": 1}, "maxBatchSize": 32, "threads": 4},
+            ],
+        }
+    )
+    kids = by_kind_name(build(td, CFG))
+
+    def engine(pool: str) -> tuple[str, WorkerSettings]:
+        c = kids[("Deployment", f"whisper-{pool}")]["spec"]["template"]["spec"]["containers"][0]
+        return c["image"], WorkerSettings.model_validate_json(c["env"][0]["value"])
+
+    image, s = engine("cpu")
+    assert image == "ghcr.io/transcription-dev/worker-cpu:0.1.0"
+    assert (s.mode, s.beam_size, s.vad_filter, s.max_batch_size) == ("continuous", 1, True, 8)
+    assert (s.threads, s.compute_type, s.gpus) == (2, "int8", 0)  # threads: 1500m rounded up
+    image, s = engine("gpu")
+    assert image == "ghcr.io/transcription-dev/worker-cuda:0.1.0"
+    assert (s.beam_size, s.max_batch_size, s.threads) == (5, 32, 4)
+    assert (s.compute_type, s.gpus) == ("float16", 1)
+
+
+def test_cuda_image_comes_from_the_spec_then_the_operator_config() -> None:
+    spec = {
+        "model": {"name": "m"},
+        "engine": "faster-whisper",
+        "pools": [{"name": "gpu", "resources": {"gpus": 2}}],
+    }
+
+    def image(td: TranscriptionDeployment, cfg: OperatorConfig) -> str:
+        dep = by_kind_name(build(td, cfg))[("Deployment", "whisper-gpu")]
+        return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    cfg = OperatorConfig.from_env({"FASTER_WHISPER_CUDA_IMAGE": "registry.local/fw-cuda:1"})
+    assert image(make_td(spec), cfg) == "registry.local/fw-cuda:1"
+    td = make_td({**spec, "images": {"fasterWhisper": "cpu:1", "fasterWhisperCuda": "cuda:1"}})
+    assert image(td, cfg) == "cuda:1"
+    # The CPU image is never given to a GPU pool, even when it is the only one overridden.
+    assert image(make_td({**spec, "images": {"fasterWhisper": "cpu:1"}}), CFG) == (
+        "ghcr.io/transcription-dev/worker-cuda:0.1.0"
+    )
+
+
+def test_vllm_pools_get_no_faster_whisper_settings(vllm_td: TranscriptionDeployment) -> None:
+    dep = by_kind_name(build(vllm_td, CFG))[("Deployment", "whisper-batch")]
+    settings = json.loads(dep["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"])
+    assert not {"beam_size", "vad_filter", "threads", "max_batch_size", "compute_type"} & set(
+        settings
+    )
+
+
+@pytest.mark.parametrize(
+    ("cpu", "threads"),
+    [(None, 0), ("500m", 1), ("1", 1), ("1.5", 2), ("2000m", 2), ("16", 16), ("1k", 256)],
+)
+def test_cpu_quantity_to_threads(cpu: str | None, threads: int) -> None:
+    assert cpu_threads(cpu) == threads

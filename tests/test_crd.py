@@ -85,7 +85,8 @@ def test_cel_rules_are_present() -> None:
     spec = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     messages = [r["message"] for r in spec["x-kubernetes-validations"]]
     assert "pool names must be unique" in messages
-    assert "engine faster-whisper cannot run in continuous mode; use sequential" in messages
+    # Every engine runs in both modes now: no (engine, mode) rule is left to generate.
+    assert not [m for m in messages if "cannot run in" in m]
 
 
 # The Python twin of each CEL rule gives the same message (the e2e suite checks the API
@@ -94,14 +95,6 @@ INVALID_SPECS = [
     (
         {"model": {"name": "m"}, "pools": [{"name": "a"}, {"name": "a"}]},
         "pool names must be unique",
-    ),
-    (
-        {
-            "model": {"name": "m"},
-            "engine": "faster-whisper",
-            "pools": [{"name": "a", "mode": "continuous"}],
-        },
-        "engine faster-whisper cannot run in continuous mode; use sequential",
     ),
     ({"model": {"name": "m", "aliases": ["x", "x"]}}, "model.aliases must be unique"),
     ({"model": {"name": "m", "aliases": ["m"]}}, "model.aliases must not repeat model.name"),
@@ -186,6 +179,27 @@ def test_every_managed_flag_has_a_cel_rule() -> None:
     messages = {r["message"] for r in pool["x-kubernetes-validations"]}
     assert {managed_flag_message(f) for f in MANAGED_FLAGS} <= messages
     assert pool["properties"]["engineArgs"]["maxItems"] == 64  # bounds keep CEL's cost low
+
+
+def test_faster_whisper_runs_in_both_modes_with_its_decoding_settings() -> None:
+    spec = TranscriptionDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m"},
+            "engine": "faster-whisper",
+            "pools": [{"name": "a", "mode": "continuous"}, {"name": "b", "mode": "sequential"}],
+        }
+    )
+    a = spec.pools[0]
+    assert (a.beam_size, a.vad_filter, a.threads, a.max_batch_size) == (5, False, 0, 8)
+    pool = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["pools"]["items"]["properties"]
+    assert (pool["beamSize"]["minimum"], pool["beamSize"]["maximum"]) == (1, 16)
+    assert pool["maxBatchSize"]["minimum"] == 1
+    with pytest.raises(ValidationError, match=r"beam_size|beamSize"):
+        TranscriptionDeploymentSpec.model_validate(
+            {"model": {"name": "m"}, "pools": [{"name": "a", "beamSize": 0}]}
+        )
 
 
 def test_unknown_fields_are_rejected() -> None:

@@ -18,7 +18,8 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
-from transcription_worker.engine import Job, Lane, Transcriber
+from transcription_worker.batcher import Lane
+from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig
 from transcription_worker.server import create_app as worker_app
@@ -40,17 +41,22 @@ def transcriber() -> Transcriber:
 
 
 class FailsAfterFirstSegment:
-    """The real model, whose decoding breaks down after the first segment."""
+    """The real model, whose decoding breaks down after the first segment: its first batch
+    step hands out one segment and leaves the window unfinished; the next step fails."""
 
     def __init__(self, real: Transcriber) -> None:
         self.real = real
         self.multilingual = real.multilingual
+        self.decoding, self.workers, self.windows = real.decoding, real.workers, real.windows
+        self.failing: set[int] = set()
 
-    def run(self, job: Job) -> Iterator[tuple[str, Any]]:
-        for kind, value in self.real.run(job):
-            yield kind, value
-            if kind == "segment":
-                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    def step(self, batch: list[Any]) -> None:
+        if any(id(w) in self.failing for w in batch):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        self.real.step(batch)
+        for w in batch:
+            w.segments, w.done = w.segments[:1], False
+            self.failing.add(id(w))
 
 
 @pytest.fixture(scope="module")

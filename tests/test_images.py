@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = [
     ROOT / "frontend_image" / "Dockerfile",
     ROOT / "worker_image" / "Dockerfile.cpu",
+    ROOT / "worker_image" / "Dockerfile.cuda",
     ROOT / "worker_image" / "Dockerfile.vllm",
     ROOT / "worker_image" / "Dockerfile.transformers",
     ROOT / "operator" / "Dockerfile",
@@ -50,3 +51,11 @@ def test_transformers_image_takes_its_base_as_a_build_argument() -> None:
     text = (ROOT / "worker_image" / "Dockerfile.transformers").read_text()
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)
     assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+
+
+def test_cuda_image_takes_its_base_as_an_argument_and_brings_cublas() -> None:
+    text = (ROOT / "worker_image" / "Dockerfile.cuda").read_text()
+    assert re.search(r"^ARG BASE_IMAGE=python:[\w.-]+$", text, re.M)
+    assert text.count("FROM ${BASE_IMAGE}") == 2
+    # CTranslate2's wheel loads libcublas.so.12 (CUDA 12) at run time; ldconfig must know it.
+    assert '"nvidia-cublas-cu12>=12.4,<13"' in text and "ldconfig" in text

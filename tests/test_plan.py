@@ -15,10 +15,10 @@ def summary(s: TranscriptionDeploymentSpec) -> list[tuple[str, str, str, bool]]:
     return [(p.name, p.engine.value, p.mode.value, p.automatic) for p in plan(s).pools]
 
 
-def test_default_pool_is_continuous_for_vllm_and_sequential_for_faster_whisper() -> None:
+def test_default_pool_is_continuous_for_vllm_and_faster_whisper() -> None:
     assert summary(spec()) == [("default", "vllm", "continuous", False)]
     assert summary(spec(engine="faster-whisper")) == [
-        ("default", "faster-whisper", "sequential", False)
+        ("default", "faster-whisper", "continuous", False)
     ]
 
 

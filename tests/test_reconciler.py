@@ -220,7 +220,7 @@ def test_an_invalid_spec_applies_nothing_and_says_why() -> None:
     w = World(SPEC)
     body = w.cache.get("TranscriptionDeployment", "speech", "whisper")
     assert body is not None
-    body["spec"]["pools"] = [{"name": "x", "engine": "faster-whisper", "mode": "continuous"}]
+    body["spec"]["pools"] = [{"name": "x"}, {"name": "x"}]  # pool names must be unique
     w.cache.put(body)
     w.reconcile()
     assert w.kube.writes == [("status", "whisper"), ("event", "InvalidSpec")]

@@ -1,9 +1,11 @@
-"""The CPU worker: real transcription of spoken sentences (espeak-ng), every container and
-response format, streaming, words, every bad input, and the queue."""
+"""The faster-whisper worker: real transcription of spoken sentences (espeak-ng), every
+container and response format, streaming, words, every bad input, the queue, batching of
+concurrent requests and of long audio's windows, and the GPU start-up check."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -16,7 +18,8 @@ import pytest
 from tests.audio import SENTENCES, convert, speak, tone_wav, wer
 from tests.standins import Running, start
 from transcription_worker import metrics
-from transcription_worker.engine import Lane, Transcriber
+from transcription_worker.batcher import Lane
+from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app
 
@@ -37,7 +40,8 @@ def worker(transcriber: Transcriber) -> Iterator[Running]:
         max_upload_bytes=8 * 1024 * 1024,
         max_duration_s=60,
     )
-    running = start(create_app(cfg, Lane(transcriber, max_queue=1)))
+    # Room for 2 requests in a batch and 1 waiting: the rest are refused.
+    running = start(create_app(cfg, Lane(transcriber, max_queue=1, max_batch_size=2)))
     yield running
     running.stop()
 
@@ -190,8 +194,8 @@ def test_full_queue_answers_503_and_loses_nothing_accepted(
         futures = [ex.submit(post, worker, None, long_clip if i == 0 else wav) for i in range(6)]
         results = [f.result() for f in futures]
     codes = sorted(r.status_code for r in results)
-    # One running, one waiting (max_queue=1): the rest are refused, never dropped.
-    assert codes.count(200) >= 2 and set(codes) <= {200, 503}
+    # Two in a batch, one waiting (max_queue=1): the rest are refused, never dropped.
+    assert codes.count(200) >= 3 and set(codes) <= {200, 503}
     refused = [r for r in results if r.status_code == 503]
     assert refused and all(r.headers["retry-after"] == "2" for r in refused)
     assert all("busy" in r.json()["error"]["message"] for r in refused)
@@ -212,3 +216,247 @@ def test_a_disconnected_client_is_dropped_from_the_queue(
     while metrics.CANCELLED._value.get() == before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert metrics.CANCELLED._value.get() == before + 1
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def concatenated(
+    clips: dict[str, Path], gap_s: float, lead_s: float = 0.0, times: int = 1
+) -> tuple[str, bytes]:
+    """The sentences one after another with `gap_s` of silence between them (and `lead_s`
+    before the first), `times` over: (reference text, 16 kHz WAV)."""
+    import io
+    import wave
+
+    silence = lambda s: b"\x00\x00" * int(16000 * s)  # noqa: E731
+    frames, words = [silence(lead_s)], []
+    for _ in range(times):
+        for sentence, path in clips.items():
+            with wave.open(str(path)) as w:
+                frames += [w.readframes(w.getnframes()), silence(gap_s)]
+            words.append(sentence)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"".join(frames))
+    return " ".join(words), buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def batching(transcriber: Transcriber) -> Iterator[tuple[Running, Lane]]:
+    lane = Lane(transcriber, max_queue=8, max_batch_size=8)
+    running = start(create_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane))
+    yield running, lane
+    running.stop()
+
+
+def test_concurrent_requests_are_decoded_in_one_batch_with_the_text_of_sequential_decoding(
+    batching: tuple[Running, Lane], clips: dict[str, Path]
+) -> None:
+    """Requests that arrive while a batch runs are decoded together in the next, and each
+    gets the text faster-whisper itself gives it alone (same beam, same fallback)."""
+    worker, lane = batching
+    before = lane.batches
+    with concurrent.futures.ThreadPoolExecutor(5) as ex:
+        busy = ex.submit(post, worker, None, tone_wav(20))
+        time.sleep(0.5)  # the tone's batch is running: the sentences queue behind it
+        futures = {s: ex.submit(post, worker, wav) for s, wav in clips.items()}
+        texts = {s: f.result().json()["text"] for s, f in futures.items()}
+        assert busy.result().status_code == 200
+    assert lane.largest_batch >= len(clips) and lane.batches - before <= 3
+    alone = {}
+    for sentence, wav in clips.items():
+        segments, _ = transcriber_model(lane).transcribe(
+            str(wav), language="en", beam_size=5, condition_on_previous_text=False
+        )
+        alone[sentence] = "".join(s.text for s in segments)
+    assert texts == alone
+    assert all(wer(s, t) <= MAX_WER for s, t in texts.items())
+
+
+def transcriber_model(lane: Lane) -> Any:
+    return lane.transcriber.model
+
+
+def test_long_audio_is_cut_into_windows_that_are_decoded_together(
+    batching: tuple[Running, Lane], clips: dict[str, Path]
+) -> None:
+    worker, lane = batching
+    # About 90 s: 3 or 4 windows, each with the 4 sentences at most once (Whisper takes text
+    # repeated within one window for a repetition loop, and rightly falls back).
+    reference, audio = concatenated(clips, gap_s=4, times=3)
+    before = lane.largest_batch
+    lane.largest_batch = 0
+    r = post(worker, None, data=audio,
+             fields={"model": "whisper-1", "response_format": "verbose_json", "timestamp_granularities[]": "word"})  # fmt: skip
+    largest, lane.largest_batch = lane.largest_batch, max(before, lane.largest_batch)
+    assert r.status_code == 200, r.text
+    v = r.json()
+    assert 80 < v["duration"] < 100
+    assert largest >= 3  # the windows went through the model together
+    assert wer(reference, v["text"]) <= 0.1
+    starts = [s["start"] for s in v["segments"]]
+    assert starts == sorted(starts) and v["segments"][-1]["end"] > v["duration"] - 5
+    assert [s["id"] for s in v["segments"]] == list(range(len(v["segments"])))
+    words = v["words"]
+    assert wer(reference, " ".join(w["word"] for w in words)) <= 0.1
+    assert all(a["start"] <= b["start"] for a, b in itertools.pairwise(words))
+    assert all(0 <= w["start"] <= w["end"] <= v["duration"] + 0.5 for w in words)
+
+
+def test_a_long_stream_sends_text_window_by_window(
+    batching: tuple[Running, Lane], clips: dict[str, Path]
+) -> None:
+    worker, _ = batching
+    reference, audio = concatenated(clips, gap_s=4, times=3)
+    with httpx.stream("POST", f"{worker.url}/v1/audio/transcriptions",
+                      data={"model": "whisper-1", "stream": "true"},
+                      files={"file": ("a.wav", audio)}, timeout=120) as r:  # fmt: skip
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    deltas = [
+        ch["delta"]["content"] for c in chunks for ch in c["choices"] if ch["delta"]["content"]
+    ]
+    assert len(deltas) >= 3 and wer(reference, "".join(deltas)) <= 0.1
+
+
+def test_a_repetition_loop_is_broken_by_the_temperature_fallback(
+    batching: tuple[Running, Lane], tmp_path: Path
+) -> None:
+    """At temperature 0 (OpenAI: raise the temperature while the text looks wrong), a
+    sentence that sends beam search into a loop ("The 6-6-6-6-...") comes back readable."""
+    worker, _ = batching
+    sentence = "The sixth sick sheikh's sixth sheep is sick."
+    text = post(
+        worker, speak(sentence, tmp_path), fields={"model": "whisper-1", "temperature": "0"}
+    ).json()["text"]
+    assert len(text.split()) <= 3 * len(sentence.split()), text
+
+
+def test_vad_filter_leaves_silence_out_and_keeps_the_times(
+    transcriber: Transcriber, clips: dict[str, Path]
+) -> None:
+    vad = Transcriber(default_model(), threads=2, vad_filter=True)
+    lane = Lane(vad, max_queue=2)
+    running = start(create_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane))
+    try:
+        reference, audio = concatenated(clips, gap_s=4, lead_s=6)  # one window of speech
+        v = post(running, None, data=audio,
+                 fields={"model": "whisper-1", "response_format": "verbose_json", "timestamp_granularities[]": "word"},
+                 timeout=120).json()  # fmt: skip
+    finally:
+        running.stop()
+    assert wer(reference, v["text"]) <= MAX_WER  # speech glued together reads a little worse
+    assert v["words"][0]["start"] >= 5.5  # the 6 s of silence before are left out, not lost
+    assert v["segments"][0]["start"] >= 5.5
+    # The last word is put back where it was spoken: before the final 4 s of silence.
+    assert v["duration"] - 6 < v["words"][-1]["end"] < v["duration"] - 3
+    assert all(a["start"] <= b["start"] for a, b in zip(v["words"], v["words"][1:], strict=False))
+
+
+def run_lane(lane: Lane, jobs: list[Any], cancel_after_first: bool = False) -> list[list[Any]]:
+    """Submit `jobs` to `lane` at once; collect each one's segments."""
+    import asyncio
+
+    async def main() -> list[list[Any]]:
+        lane.start()
+
+        async def collect(job: Any) -> list[Any]:
+            lane.submit(job)
+            out = []
+            while True:
+                kind, value = await job.events.get()
+                if kind == "segment":
+                    out.append(value)
+                    if cancel_after_first:
+                        job.cancelled.set()
+                        await asyncio.sleep(3)  # time for more batches, if any were coming
+                        return out
+                elif kind in ("done", "error"):
+                    return out
+
+        try:
+            return await asyncio.gather(*[collect(j) for j in jobs])
+        finally:
+            await lane.stop()
+
+    return asyncio.run(main())
+
+
+def test_a_sequential_lane_decodes_one_request_at_a_time(
+    transcriber: Transcriber, clips: dict[str, Path]
+) -> None:
+    from transcription_worker.batcher import Job
+    from transcription_worker.engine import Options, decode
+
+    lane = Lane(transcriber, max_queue=8, sequential=True)
+    audio = [decode(p.open("rb")) for p in clips.values()]
+    results = run_lane(lane, [Job(a, Options()) for a in audio])
+    assert (lane.batches, lane.largest_batch) == (len(audio), 1)
+    texts = ["".join(s.text for s in r) for r in results]
+    assert all(wer(s, t) <= MAX_WER for s, t in zip(clips, texts, strict=True))
+
+
+def test_a_cancelled_request_gets_no_more_windows_decoded(
+    transcriber: Transcriber, clips: dict[str, Path]
+) -> None:
+    import io
+
+    from transcription_worker.batcher import Job
+    from transcription_worker.engine import Options, decode
+
+    _, audio = concatenated(clips, gap_s=1.5, times=6)  # about 110 s: 4 windows
+    lane = Lane(transcriber, max_queue=1, max_batch_size=1, sequential=True)
+    job = Job(decode(io.BytesIO(audio)), Options())
+    run_lane(lane, [job], cancel_after_first=True)
+    assert job.windows is not None and len(job.windows) >= 4
+    assert lane.batches <= 2 and not lane.jobs  # dropped, not decoded to the end
+
+
+def test_a_worker_given_a_gpu_it_cannot_use_fails_its_startup_probe_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """No GPU here: a pool with `gpus: 1` must not come up on the CPU. /health (the startup
+    probe) answers 503 with the reason, and so does every request."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from transcription_api.worker import SETTINGS_ENV, WorkerSettings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = WorkerSettings(engine="faster-whisper", mode="continuous", model=default_model(),
+                              served_names=NAMES, port=port, gpus=1, compute_type="float16")  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transcription_worker.main", "--host", "127.0.0.1"],
+        env={**os.environ, SETTINGS_ENV: settings.to_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert health.status_code == 503
+        message = health.json()["error"]["message"]
+        assert "was given 1 GPU(s) but CTranslate2 sees 0 CUDA device(s)" in message
+        assert "will not decode on the CPU instead" in message
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/audio/transcriptions",
+                       data={"model": "whisper-1"}, files={"file": ("a.wav", tone_wav(1))})  # fmt: skip
+        assert r.status_code == 503 and r.json()["error"]["message"] == message
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=15)
+    assert "CTranslate2 sees 0 CUDA device(s)" in out  # and the log says it too

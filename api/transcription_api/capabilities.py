@@ -133,7 +133,14 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
         scale_target=2,
         native_formats=frozenset({"json", "verbose_json"}),
     ),
-    # Our CPU worker: everything, one request at a time.
+    # Our faster-whisper worker serves everything. Continuous: the 30 s windows of concurrent
+    # requests are decoded together, one CTranslate2 batch at a time.
+    (Engine.FASTER_WHISPER, Mode.CONTINUOUS): CapabilitySet(
+        capabilities=AUDIO,
+        max_upload_bytes=MAX_UPLOAD,
+        native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
+    ),
+    # Sequential: one request at a time (its windows still decoded together).
     (Engine.FASTER_WHISPER, Mode.SEQUENTIAL): CapabilitySet(
         capabilities=AUDIO,
         max_upload_bytes=MAX_UPLOAD,

@@ -339,7 +339,34 @@ class PoolSpec(_Model):
         default=16,
         ge=0,
         le=10000,
-        description="Requests a sequential faster-whisper replica queues before answering 503.",
+        description="faster-whisper: requests a replica queues beyond those it is decoding, "
+        "before answering 503.",
+    )
+    beam_size: int = Field(
+        default=5,
+        ge=1,
+        le=16,
+        description="faster-whisper: beam size of decoding (1: greedy). Requests at "
+        "temperature 0 fall back to sampling at rising temperatures when the text looks wrong.",
+    )
+    vad_filter: bool = Field(
+        default=False,
+        description="faster-whisper: decode only the speech Silero VAD finds, leaving out "
+        "silence and music (fewer hallucinations on sparse audio, for some CPU).",
+    )
+    threads: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="faster-whisper: CPU threads of a replica; 0: its CPU request rounded up, "
+        "or every CPU the container may use.",
+    )
+    max_batch_size: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="faster-whisper: 30 s windows of audio decoded together in one batch "
+        "(continuous mode batches concurrent requests; sequential, one long request's).",
     )
     engine_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list,
@@ -455,7 +482,12 @@ class ImagesSpec(_Model):
 
     frontend: str | None = Field(default=None, description="Frontend image.")
     vllm: str | None = Field(default=None, description="vLLM worker image.")
-    faster_whisper: str | None = Field(default=None, description="faster-whisper worker image.")
+    faster_whisper: str | None = Field(
+        default=None, description="faster-whisper worker image for pools without GPUs."
+    )
+    faster_whisper_cuda: str | None = Field(
+        default=None, description="faster-whisper worker image for pools with GPUs (CUDA)."
+    )
     transformers: str | None = Field(default=None, description="transformers worker image.")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy of every container."

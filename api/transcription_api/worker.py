@@ -69,7 +69,16 @@ class WorkerSettings(BaseModel):
     )
     max_model_len: int | None = Field(default=None, gt=0, description="Maximum model length.")
     max_queue: int = Field(
-        default=16, ge=0, description="Requests a sequential worker queues before 503."
+        default=16, ge=0, description="Requests a faster-whisper worker queues before 503."
+    )
+    beam_size: int = Field(default=5, ge=1, le=16, description="faster-whisper beam size.")
+    vad_filter: bool = Field(default=False, description="faster-whisper: drop non-speech (VAD).")
+    threads: int = Field(default=0, ge=0, description="faster-whisper CPU threads (0: all).")
+    max_batch_size: int = Field(
+        default=8, ge=1, description="faster-whisper: 30 s windows decoded in one batch."
+    )
+    compute_type: str | None = Field(
+        default=None, description="faster-whisper compute type (default: int8 on CPUs)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Passed to the engine last.")
 

@@ -8,6 +8,7 @@ kinds of child are registered in `kinds.py`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from transcription_api.capabilities import Engine
@@ -22,7 +23,7 @@ from transcription_api.v1alpha1 import (
 )
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
 
-from .config import OperatorConfig
+from .config import FASTER_WHISPER_CUDA, OperatorConfig
 from .names import (
     COMPONENT_LABEL,
     INSTANCE_LABEL,
@@ -133,19 +134,51 @@ def image_for(td: TranscriptionDeployment, cfg: OperatorConfig, engine: Engine |
         "frontend": td.spec.images.frontend,
         Engine.VLLM: td.spec.images.vllm,
         Engine.FASTER_WHISPER: td.spec.images.faster_whisper,
+        FASTER_WHISPER_CUDA: td.spec.images.faster_whisper_cuda,
         Engine.TRANSFORMERS: td.spec.images.transformers,
     }[engine]
     return override or cfg.images[engine]
 
 
+def worker_image(td: TranscriptionDeployment, cfg: OperatorConfig, pool: PlannedPool) -> str:
+    """faster-whisper pools with GPUs get the CUDA image: the CPU image has no CUDA libraries."""
+    if pool.engine == Engine.FASTER_WHISPER and pool.spec.resources.gpus:
+        return image_for(td, cfg, FASTER_WHISPER_CUDA)
+    return image_for(td, cfg, pool.engine)
+
+
+QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+                     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}  # fmt: skip
+MAX_THREADS = 256
+
+
+def cpu_threads(cpu: str | None) -> int:
+    """A CPU quantity rounded up to whole threads ("500m" -> 1, "2" -> 2); 0 when unset."""
+    if not cpu:
+        return 0
+    number = cpu.rstrip("kKMGTim")
+    value = float(number) * QUANTITY_SUFFIXES.get(cpu[len(number) :], 1)
+    return min(MAX_THREADS, max(1, math.ceil(value)))
+
+
 def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSettings:
     m = td.spec.model
+    p = pool.spec
     if m.source == WeightsSource.PVC:
         model = f"{WEIGHTS_DIR}/{(m.path or '').strip('/')}"
     elif m.source == WeightsSource.IMAGE:
         model = m.path or m.name
     else:
         model = m.name
+    decoding: dict[str, Any] = {}
+    if pool.engine == Engine.FASTER_WHISPER:
+        decoding = {
+            "beam_size": p.beam_size,
+            "vad_filter": p.vad_filter,
+            "threads": p.threads or cpu_threads(p.resources.cpu),
+            "max_batch_size": p.max_batch_size,
+            "compute_type": "float16" if p.resources.gpus else "int8",
+        }
     return WorkerSettings(
         engine=pool.engine,
         mode=pool.mode,
@@ -153,11 +186,12 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
         served_names=m.served_names,
         revision=m.revision,
         family=m.family,
-        gpus=pool.spec.resources.gpus,
-        gpu_memory_utilization=pool.spec.gpu_memory_utilization,
-        max_model_len=pool.spec.max_model_len,
-        max_queue=pool.spec.max_queue,
-        extra_args=pool.spec.engine_args,
+        gpus=p.resources.gpus,
+        gpu_memory_utilization=p.gpu_memory_utilization,
+        max_model_len=p.max_model_len,
+        max_queue=p.max_queue,
+        extra_args=p.engine_args,
+        **decoding,
     )
 
 
@@ -215,7 +249,7 @@ def worker_deployment(
     volumes, mounts = _worker_volumes(td, pool)
     container: dict[str, Any] = {
         "name": "engine",
-        "image": image_for(td, cfg, pool.engine),
+        "image": worker_image(td, cfg, pool),
         "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
         "ports": [{"name": "http", "containerPort": WORKER_PORT, "protocol": "TCP"}],
         "env": env,

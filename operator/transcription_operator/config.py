@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from transcription_api.capabilities import Engine
 
 FIELD_MANAGER = "transcription-operator"
+# The image key of faster-whisper pools with GPUs (CTranslate2 with the CUDA libraries).
+FASTER_WHISPER_CUDA = "faster-whisper-cuda"
 VERSION = "0.1.0"
 
 
@@ -18,6 +20,7 @@ class OperatorConfig:
             "frontend": f"ghcr.io/transcription-dev/frontend:{VERSION}",
             Engine.VLLM: f"ghcr.io/transcription-dev/worker-vllm:{VERSION}",
             Engine.FASTER_WHISPER: f"ghcr.io/transcription-dev/worker-cpu:{VERSION}",
+            FASTER_WHISPER_CUDA: f"ghcr.io/transcription-dev/worker-cuda:{VERSION}",
             Engine.TRANSFORMERS: f"ghcr.io/transcription-dev/worker-transformers:{VERSION}",
         }
     )
@@ -35,6 +38,7 @@ class OperatorConfig:
             ("frontend", "FRONTEND_IMAGE"),
             (Engine.VLLM, "VLLM_IMAGE"),
             (Engine.FASTER_WHISPER, "FASTER_WHISPER_IMAGE"),
+            (FASTER_WHISPER_CUDA, "FASTER_WHISPER_CUDA_IMAGE"),
             (Engine.TRANSFORMERS, "TRANSFORMERS_IMAGE"),
         ):
             if e.get(var):

@@ -1,35 +1,44 @@
-"""faster-whisper behind a single-lane queue: one transcription at a time per model.
+"""faster-whisper, batched: the model and one batch step.
 
-A request is decoded first (bad audio fails fast, even while the lane is busy), then
-queued; the queue is bounded (a full queue is the caller's 503). The lane runs one job at
-a time in a thread and hands segments back as they are decoded, so a stream sends each
-one as soon as it exists. A job whose client went away is skipped if it has not started,
-and stopped between segments if it has.
+A request's audio becomes *windows* of at most 30 s (`windows.py`). The batcher
+(`batcher.py`) gathers windows of every request in flight into one batch, and
+`Transcriber.step` decodes that batch with one CTranslate2 encoder call and one decoder call.
+What happens to each window is faster-whisper's own sequential algorithm, applied to a
+batch: temperature fallback (OpenAI's meaning of `temperature=0`), the no-speech skip,
+splitting at timestamp tokens, continuing a window whose last segment was cut off, and word
+timestamps from cross-attention alignment -- so a request decodes to the same text it would
+alone.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from .device import DeviceError, check_gpus, cpu_count, unusable
+from .windows import SAMPLE_RATE, Audio, TimeMap, speech_windows, split_on_silence
+
+WINDOW_FRAMES = 3000  # Whisper's 30 s encoder input, in mel frames
+MAX_LENGTH = 448  # Whisper's decoder context, in tokens
+# faster-whisper's defaults for the temperature fallback and the no-speech skip.
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+COMPRESSION_RATIO_THRESHOLD = 2.4
+LOG_PROB_THRESHOLD = -1.0
+NO_SPEECH_THRESHOLD = 0.6
+BEST_OF = 5
+MAX_INITIAL_TIMESTAMP = 1.0  # seconds
+# faster-whisper's defaults for merging punctuation into words (fullwidth forms included).
+PREPEND_PUNCTUATIONS = "\"'\u201c\u00bf([{-"
+APPEND_PUNCTUATIONS = "\"'.\u3002,\uff0c!\uff01?\uff1f:\uff1a\u201d)]}\u3001"
 
 
 class AudioError(ValueError):
     """The upload cannot be decoded as audio."""
 
 
-class QueueFull(RuntimeError):
-    pass
-
-
-def decode(file: IO[bytes]) -> np.ndarray[Any, np.dtype[np.float32]]:
+def decode(file: IO[bytes]) -> Audio:
     """Decode any container PyAV/ffmpeg reads into 16 kHz mono float32 samples."""
     from faster_whisper.audio import decode_audio
 
@@ -47,11 +56,27 @@ def decode(file: IO[bytes]) -> np.ndarray[Any, np.dtype[np.float32]]:
 
 @dataclass(frozen=True)
 class Options:
+    """What one request asks for."""
+
     task: str = "transcribe"  # or "translate"
     language: str | None = None
     prompt: str | None = None
     temperature: float = 0.0
     words: bool = False
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """0 means: start greedy/beam and fall back to sampling while the text looks wrong."""
+        return FALLBACK_TEMPERATURES if self.temperature == 0 else (self.temperature,)
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """Pool-wide decoding settings (the pool's spec, through the operator's settings)."""
+
+    beam_size: int = 5
+    vad_filter: bool = False
+    max_batch_size: int = 8
 
 
 @dataclass
@@ -68,113 +93,409 @@ class Segment:
     words: list[tuple[str, float, float]] = field(default_factory=list)
 
 
-@dataclass
-class Job:
-    audio: np.ndarray[Any, np.dtype[np.float32]]
+@dataclass(eq=False)
+class Window:
+    """Up to 30 s of one request's audio, and how far its decoding has got.
+
+    A window is decoded in *steps*: each step decodes the 30 s that start at `seek`; when
+    the model's last segment in it is unfinished, `seek` moves to the last timestamp and the
+    window goes back to the batcher for another step (faster-whisper's seek loop).
+    """
+
+    audio: Audio  # the request's whole audio; the window reads `ranges` of it
+    ranges: list[tuple[int, int]]  # sample ranges of the request's audio (speech when VAD is on)
     options: Options
-    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    enqueued: float = field(default_factory=time.monotonic)
+    index: int = 0
+    prompt: list[int] = field(default_factory=list)  # the request's prompt, as tokens
+    seek: int = 0  # mel frames of the window already decoded
+    language: str | None = None  # given, or detected on the window's first step
+    last_speech: float = 0.0  # end of the last word (word timestamps' heuristics)
+    segments: list[Segment] = field(default_factory=list)  # decoded, not yet handed out
+    done: bool = False
+    busy: bool = False  # in a batch being decoded (set and cleared by the batcher)
+    features: np.ndarray[Any, np.dtype[np.float32]] | None = None  # while being decoded
 
     @property
-    def duration(self) -> float:
-        return float(self.audio.shape[0]) / SAMPLE_RATE
+    def previous_tokens(self) -> list[int]:
+        """The prompt conditions a window's first step only (as in faster-whisper without
+        `condition_on_previous_text`), at most half the model's context."""
+        return self.prompt[-(MAX_LENGTH // 2 - 1) :] if self.seek == 0 else []
+
+    @property
+    def key(self) -> tuple[float, int]:
+        """Windows with one key can share a decoder call: one temperature, and the start
+        token at one position (CTranslate2's rule), i.e. prompts of one length."""
+        return (self.options.temperatures[0], len(self.previous_tokens))
 
 
 class Transcriber:
-    """The model: loads once, transcribes one job at a time."""
+    """The model: loads once and decodes batches of windows."""
 
-    def __init__(self, model_path: str, threads: int = 0, beam_size: int = 5) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        threads: int = 0,
+        beam_size: int = 5,
+        *,
+        vad_filter: bool = False,
+        max_batch_size: int = 8,
+        gpus: int = 0,
+        compute_type: str | None = None,
+        workers: int = 1,
+    ) -> None:
         from faster_whisper import WhisperModel
 
-        self.model = WhisperModel(
-            model_path, device="auto", compute_type="int8", cpu_threads=threads
+        self._tokenizers: dict[tuple[str, str], Any] = {}
+        self._suppress: list[int] | None = None
+        self.decoding = Decoding(
+            beam_size=beam_size, vad_filter=vad_filter, max_batch_size=max_batch_size
         )
-        self.beam_size = beam_size
+        self.device = "cuda" if gpus else "cpu"
+        # Parallel batches: one per GPU, or `workers` on the CPU sharing its threads.
+        self.workers = gpus or max(1, workers)
+        threads = threads or cpu_count()
+        if gpus:
+            check_gpus(gpus)
+        try:
+            self.model = WhisperModel(
+                model_path,
+                device=self.device,
+                device_index=list(range(gpus)) if gpus else 0,
+                compute_type=compute_type or ("float16" if gpus else "int8"),
+                cpu_threads=max(1, threads // self.workers),
+                num_workers=1 if gpus else self.workers,  # (per device)
+            )
+            if gpus:
+                self.warm_up()
+        except Exception as e:
+            if gpus:
+                raise DeviceError(unusable(gpus, e)) from e
+            raise
 
     @property
     def multilingual(self) -> bool:
         return bool(self.model.model.is_multilingual)
 
-    def run(self, job: Job) -> Iterator[tuple[str, Any]]:
-        o = job.options
-        segments, info = self.model.transcribe(
-            job.audio,
-            task=o.task,
-            language=o.language if self.multilingual else "en",
-            initial_prompt=o.prompt,
-            temperature=o.temperature,
-            word_timestamps=o.words,
-            beam_size=self.beam_size,
-            condition_on_previous_text=False,
+    # ------------------------------------------------------------------ windows
+
+    def windows(self, audio: Audio, options: Options) -> list[Window]:
+        """Cut a request's audio into windows: on the silences VAD finds between speech when
+        the pool filters with VAD, else at the quietest moment before each 30 s mark."""
+        if self.decoding.vad_filter:
+            parts = speech_windows(audio)
+        else:
+            parts = [[r] for r in split_on_silence(audio)]
+        language = options.language or (None if self.multilingual else "en")
+        prompt = _prompt_tokens(self._tokenizer(options.task, language or "en"), options.prompt)
+        return [
+            Window(audio, ranges, options, index=i, prompt=prompt, language=language)
+            for i, ranges in enumerate(parts)
+        ]
+
+    def warm_up(self) -> None:
+        """One step on a second of silence: loads every library decoding needs (cuBLAS on a
+        GPU) now, at start-up, rather than on the first request."""
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        language = None if self.multilingual else "en"
+        self.step([Window(silence, [(0, SAMPLE_RATE)], Options(), language=language)])
+
+    # ------------------------------------------------------------------ one batch step
+
+    def step(self, batch: list[Window]) -> None:
+        """Decode the next 30 s of every window in `batch` (all with the same `key`).
+
+        Appends each window's finished segments to `window.segments`, then either marks it
+        done or moves its `seek` on for another step.
+        """
+        from faster_whisper.audio import pad_or_trim
+
+        m = self.model
+        for w in batch:
+            if w.features is None:
+                w.features = m.feature_extractor(_samples(w))
+        sizes = [min(WINDOW_FRAMES, _frames(w) - w.seek) for w in batch]
+        features = np.stack(
+            [
+                pad_or_trim(w.features[:, w.seek : w.seek + n])  # type: ignore[index]
+                for w, n in zip(batch, sizes, strict=True)
+            ]
         )
-        yield "info", {"language": info.language, "duration": info.duration}
-        for s in _segments(segments):
-            if job.cancelled.is_set():
-                return
-            yield "segment", s
+        encoded, rows = self._encode(features)
+        undetected = [i for i, w in enumerate(batch) if w.language is None]
+        if undetected:
+            detected = m.model.detect_language(encoded)
+            for i in undetected:
+                batch[i].language = detected[i][0][0][2:-2]  # "<|de|>" -> "de"
+        tokenizers = [self._tokenizer(w.options.task, w.language or "en") for w in batch]
+        prompts = [
+            m.get_prompt(tok, w.previous_tokens) for w, tok in zip(batch, tokenizers, strict=True)
+        ]
+        results = self._generate(encoded, rows, features, prompts, tokenizers, batch[0].options)
+
+        splits: list[tuple[list[dict[str, Any]], int, bool] | None] = []
+        for w, tok, n, (result, avg_logprob, _, _) in zip(
+            batch, tokenizers, sizes, results, strict=True
+        ):
+            if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob <= LOG_PROB_THRESHOLD:
+                splits.append(None)  # silence: nothing to say in these 30 s
+                continue
+            tpf = m.feature_extractor.time_per_frame
+            splits.append(
+                m._split_segments_by_timestamps(
+                    tokenizer=tok,
+                    tokens=result.sequences_ids[0],
+                    time_offset=w.seek * tpf,
+                    segment_size=n,
+                    segment_duration=n * tpf,
+                    seek=w.seek,
+                )
+            )
+        if any(w.options.words for w in batch):
+            self._add_words(batch, tokenizers, sizes, encoded, splits)
+
+        for w, tok, n, split, (result, avg_logprob, temperature, ratio) in zip(
+            batch, tokenizers, sizes, splits, results, strict=True
+        ):
+            if split is None:
+                w.seek += n
+            else:
+                parts, seek, _ = split
+                tmap = TimeMap(w.ranges)
+                for part in parts:
+                    text = tok.decode(part["tokens"])
+                    if part["start"] == part["end"] or not text.strip():
+                        continue
+                    w.segments.append(
+                        _segment(part, text, tmap, temperature, avg_logprob, ratio, result)
+                    )
+                w.seek = seek
+            if w.seek >= _frames(w):
+                w.done = True
+                w.features = None
+
+    def _encode(self, features: np.ndarray[Any, np.dtype[np.float32]]) -> tuple[Any, Any]:
+        """The encoder output of a batch (and, on the CPU, the same as an array).
+
+        On a GPU the whole batch goes through the encoder at once. On the CPU each window goes
+        alone and the outputs are stacked: a batch of 30 s windows gains nothing there (the
+        encoder is compute-bound) and costs cache, while the decoder does gain from batching.
+        """
+        import ctranslate2
+
+        if self.device != "cpu":
+            return self.model.encode(features), None
+        rows = np.concatenate([np.asarray(self.model.encode(f[None])) for f in features])
+        return ctranslate2.StorageView.from_array(rows), rows
+
+    def _generate(
+        self,
+        encoded: Any,
+        rows: Any,
+        features: np.ndarray[Any, np.dtype[np.float32]],
+        prompts: list[list[int]],
+        tokenizers: list[Any],
+        options: Options,
+    ) -> list[tuple[Any, float, float, float]]:
+        """faster-whisper's `generate_with_fallback`, for a batch: windows whose text looks
+        wrong (too repetitive, or too improbable) are decoded again, together, at the next
+        temperature; after the last, each keeps its most probable attempt."""
+        import ctranslate2
+
+        m = self.model
+        n = len(prompts)
+        chosen: list[tuple[Any, float, float, float] | None] = [None] * n
+        attempts: list[list[tuple[Any, float, float, float]]] = [[] for _ in range(n)]
+        todo = list(range(n))
+        temperatures = options.temperatures
+        for step, temperature in enumerate(temperatures):
+            if step and rows is not None:  # reuse the encoder output of the windows left
+                kept = np.ascontiguousarray(rows[todo])
+                sub = ctranslate2.StorageView.from_array(kept)
+            elif step:  # on a GPU, encoding again is cheaper than a round trip to the host
+                sub = m.encode(features[todo])
+            else:
+                sub = encoded
+            if temperature > 0:
+                sampling = {
+                    "beam_size": 1,
+                    "num_hypotheses": BEST_OF,
+                    "sampling_topk": 0,
+                    "sampling_temperature": temperature,
+                }
+            else:
+                sampling = {"beam_size": self.decoding.beam_size, "patience": 1}
+            outputs = m.model.generate(
+                sub,
+                [prompts[i] for i in todo],
+                length_penalty=1,
+                repetition_penalty=1,
+                no_repeat_ngram_size=0,
+                max_length=m.max_length,
+                return_scores=True,
+                return_no_speech_prob=True,
+                suppress_blank=True,
+                suppress_tokens=self._suppressed(),
+                max_initial_timestamp_index=round(MAX_INITIAL_TIMESTAMP / m.time_precision),
+                **sampling,
+            )
+            left = []
+            for i, out in zip(todo, outputs, strict=True):
+                tokens = out.sequences_ids[0]
+                avg_logprob = out.scores[0] * len(tokens) / (len(tokens) + 1)
+                ratio = _compression_ratio(tokenizers[i].decode(tokens).strip())
+                attempt = (out, avg_logprob, temperature, ratio)
+                attempts[i].append(attempt)
+                if _acceptable(out, avg_logprob, ratio):
+                    chosen[i] = attempt
+                else:
+                    left.append(i)
+            todo = left
+            if not todo:
+                break
+        for i in todo:  # every temperature failed: the most probable readable attempt
+            readable = [a for a in attempts[i] if a[3] <= COMPRESSION_RATIO_THRESHOLD]
+            best = max(readable or attempts[i], key=lambda a: a[1])
+            chosen[i] = (best[0], best[1], temperatures[-1], best[3])
+        return [c for c in chosen if c is not None]
+
+    def _add_words(
+        self,
+        batch: list[Window],
+        tokenizers: list[Any],
+        sizes: list[int],
+        encoded: Any,
+        splits: list[tuple[list[dict[str, Any]], int, bool] | None],
+    ) -> None:
+        """Word timestamps: one alignment call for the whole batch, then faster-whisper's
+        per-window heuristics (`add_word_timestamps`) on each window's share of it."""
+        from faster_whisper import WhisperModel
+        from faster_whisper.utils import get_end
+
+        m = self.model
+        text_tokens = [
+            [t for part in (s[0] if s else []) for t in part["tokens"] if t < tok.eot]
+            for s, tok in zip(splits, tokenizers, strict=True)
+        ]
+        # Alignment starts from one start sequence; windows of another language or task get
+        # their own call (rare: most batches share one).
+        alignments: dict[int, Any] = {}
+        for i, (w, tok, split) in enumerate(zip(batch, tokenizers, splits, strict=True)):
+            if not w.options.words or split is None or i in alignments:
+                continue
+            group = [
+                j
+                for j, other in enumerate(tokenizers)
+                if other.sot_sequence == tok.sot_sequence and batch[j].options.words
+            ]
+            aligned = m.find_alignment(tok, text_tokens, encoded, sizes)
+            for j in group:
+                alignments[j] = aligned[j]
+        for i, (w, tok, split) in enumerate(zip(batch, tokenizers, splits, strict=True)):
+            if i not in alignments or split is None or not split[0]:
+                continue
+            parts, seek, single_timestamp_ending = split
+            WhisperModel.add_word_timestamps(
+                _Aligned(alignments[i], m.frames_per_second),
+                [parts],
+                tok,
+                encoded,
+                sizes[i],
+                PREPEND_PUNCTUATIONS,
+                APPEND_PUNCTUATIONS,
+                w.last_speech,
+            )
+            last_word_end = get_end(parts)
+            time_offset = w.seek * m.feature_extractor.time_per_frame
+            if not single_timestamp_ending and last_word_end and last_word_end > time_offset:
+                seek = round(last_word_end * m.frames_per_second)
+                splits[i] = (parts, seek, single_timestamp_ending)
+            if last_word_end is not None:
+                w.last_speech = last_word_end
+
+    def _tokenizer(self, task: str, language: str) -> Any:
+        from faster_whisper.tokenizer import Tokenizer
+
+        key = (task, language)
+        if key not in self._tokenizers:
+            self._tokenizers[key] = Tokenizer(
+                self.model.hf_tokenizer, self.multilingual, task=task, language=language
+            )
+        return self._tokenizers[key]
+
+    def _suppressed(self) -> list[int]:
+        if self._suppress is None:
+            from faster_whisper.transcribe import get_suppressed_tokens
+
+            self._suppress = list(get_suppressed_tokens(self._tokenizer("transcribe", "en"), [-1]))
+        return self._suppress
 
 
-def _segments(raw: Iterable[Any]) -> Iterator[Segment]:
-    for i, s in enumerate(raw):
-        yield Segment(
-            id=i,
-            start=float(s.start),
-            end=float(s.end),
-            text=s.text,
-            tokens=list(s.tokens),
-            temperature=float(s.temperature or 0.0),
-            avg_logprob=float(s.avg_logprob),
-            compression_ratio=float(s.compression_ratio),
-            no_speech_prob=float(s.no_speech_prob),
-            words=[(w.word, float(w.start), float(w.end)) for w in (s.words or [])],
-        )
+def _prompt_tokens(tokenizer: Any, prompt: str | None) -> list[int]:
+    return list(tokenizer.encode(" " + prompt.strip())) if prompt else []
 
 
-class Lane:
-    """A bounded queue in front of one Transcriber."""
+def _samples(w: Window) -> Audio:
+    if len(w.ranges) == 1:
+        a, b = w.ranges[0]
+        return w.audio[a:b]
+    return np.concatenate([w.audio[a:b] for a, b in w.ranges]) if w.ranges else w.audio[:0]
 
-    def __init__(self, transcriber: Transcriber, max_queue: int) -> None:
-        self.transcriber = transcriber
-        self.max_queue = max_queue
-        self.queue: asyncio.Queue[Job] = asyncio.Queue()
-        self.running = 0
-        self._task: asyncio.Task[None] | None = None
 
-    @property
-    def waiting(self) -> int:
-        return self.queue.qsize()
+def _frames(w: Window) -> int:
+    """Mel frames of the window's audio (faster-whisper's `content_frames`)."""
+    assert w.features is not None
+    return int(w.features.shape[-1]) - 1
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
 
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
+def _compression_ratio(text: str) -> float:
+    from faster_whisper.transcribe import get_compression_ratio
 
-    def submit(self, job: Job) -> None:
-        # A free lane takes the job at once; a busy one holds at most max_queue waiting.
-        if self.running and self.queue.qsize() >= self.max_queue:
-            raise QueueFull(f"{self.running} running and {self.queue.qsize()} waiting")
-        self.queue.put_nowait(job)
+    return float(get_compression_ratio(text))
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            job = await self.queue.get()
-            if job.cancelled.is_set():
-                continue  # the client left while it waited: nothing to do
-            self.running = 1
 
-            def work(job: Job = job) -> None:
-                try:
-                    for event in self.transcriber.run(job):
-                        loop.call_soon_threadsafe(job.events.put_nowait, event)
-                    loop.call_soon_threadsafe(job.events.put_nowait, ("done", None))
-                except Exception as e:
-                    loop.call_soon_threadsafe(job.events.put_nowait, ("error", e))
+def _acceptable(out: Any, avg_logprob: float, ratio: float) -> bool:
+    if out.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD:
+        return True  # silence: nothing better to find at a higher temperature
+    return ratio <= COMPRESSION_RATIO_THRESHOLD and avg_logprob >= LOG_PROB_THRESHOLD
 
-            try:
-                await asyncio.to_thread(work)
-            finally:
-                self.running = 0
+
+def _segment(
+    part: dict[str, Any],
+    text: str,
+    tmap: TimeMap,
+    temperature: float,
+    avg_logprob: float,
+    ratio: float,
+    result: Any,
+) -> Segment:
+    """A decoded segment, its times (and its words') mapped back onto the request's audio."""
+    words = [
+        (w["word"], *tmap.word(float(w["start"]), float(w["end"]))) for w in part.get("words") or []
+    ]
+    if words:
+        start, end = words[0][1], words[-1][2]
+    else:
+        start, end = tmap.original(float(part["start"])), tmap.original(float(part["end"]), True)
+    return Segment(
+        id=0,  # numbered by the batcher, in the order segments are handed out
+        start=start,
+        end=end,
+        text=text,
+        tokens=list(part["tokens"]),
+        temperature=temperature,
+        avg_logprob=float(avg_logprob),
+        compression_ratio=ratio,
+        no_speech_prob=float(result.no_speech_prob),
+        words=words,
+    )
+
+
+class _Aligned:
+    """Hands `WhisperModel.add_word_timestamps` one window's share of a batch alignment."""
+
+    def __init__(self, alignment: Any, frames_per_second: int) -> None:
+        self.alignment = alignment
+        self.frames_per_second = frames_per_second
+
+    def find_alignment(self, *_: Any) -> list[Any]:
+        return [self.alignment]

@@ -1,4 +1,4 @@
-"""`transcription-worker`: the CPU worker (faster-whisper) with vLLM's HTTP contract.
+"""`transcription-worker`: the faster-whisper worker with vLLM's HTTP contract.
 
 In a pod, settings come from TRANSCRIPTION_WORKER_SETTINGS (written by the operator).
 Locally:  transcription-worker --model PATH --served-name whisper-tiny.en --served-name whisper-1
@@ -13,12 +13,18 @@ import os
 import sys
 
 import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
-from .engine import Lane, Transcriber
+from .batcher import Lane
+from .device import DeviceError
+from .engine import Transcriber
 from .server import WorkerConfig, create_app
+
+log = logging.getLogger("transcription_worker")
 
 
 def default_model() -> str:
@@ -38,12 +44,50 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
     names = args.served_name or ["whisper-tiny.en", "whisper-1"]
     return WorkerSettings(
         engine=Engine.FASTER_WHISPER,
-        mode=Mode.SEQUENTIAL,
+        mode=Mode(args.mode),
         model=args.model or default_model(),
         served_names=names,
         port=args.port,
         max_queue=args.max_queue,
+        beam_size=args.beam_size,
+        vad_filter=args.vad_filter,
+        threads=args.threads,
+        max_batch_size=args.max_batch_size,
+        gpus=args.gpus,
     )
+
+
+def load(s: WorkerSettings, model: str) -> Lane:
+    transcriber = Transcriber(
+        model,
+        threads=s.threads,
+        beam_size=s.beam_size,
+        vad_filter=s.vad_filter,
+        max_batch_size=s.max_batch_size,
+        gpus=s.gpus,
+        compute_type=s.compute_type,
+    )
+    return Lane(transcriber, max_queue=s.max_queue, sequential=s.mode == Mode.SEQUENTIAL)
+
+
+def unusable_app(message: str) -> FastAPI:
+    """What a worker that cannot run serves: 503 and the reason, on every path -- so its
+    startup probe (`/health`) fails, and says why to whoever asks."""
+    app = FastAPI(title="transcription worker (not serving)")
+    body = {
+        "error": {
+            "message": message,
+            "type": "ServiceUnavailableError",
+            "param": None,
+            "code": 503,
+        }
+    }
+
+    @app.api_route("/{path:path}", methods=["GET", "POST"])
+    async def refuse(path: str) -> JSONResponse:
+        return JSONResponse(body, status_code=503)
+
+    return app
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--served-name", action="append", help="model name to answer to (repeatable)")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.CONTINUOUS.value,
+                   help="continuous: batch requests; sequential: one at a time")  # fmt: skip
     p.add_argument("--max-queue", type=int, default=16, help="requests waiting before 503")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
+    p.add_argument("--max-batch-size", type=int, default=8, help="30 s windows per batch")
+    p.add_argument("--beam-size", type=int, default=5)
+    p.add_argument("--vad-filter", action="store_true", help="drop non-speech (Silero VAD)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: the CPUs it may use)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs to decode on (float16)")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
@@ -68,11 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         from faster_whisper.utils import download_model
 
         model = download_model(model, cache_dir=s.cache_dir, revision=s.revision)
-    lane = Lane(Transcriber(model, threads=args.threads), max_queue=s.max_queue)
-    cfg = WorkerConfig(served_names=s.served_names, model_path=s.model)
-    uvicorn.run(
-        create_app(cfg, lane), host=args.host, port=s.port, log_level=args.log_level.lower()
-    )
+    try:
+        cfg = WorkerConfig(served_names=s.served_names, model_path=s.model)
+        app = create_app(cfg, load(s, model))
+    except DeviceError as e:
+        log.error("%s", e)
+        app = unusable_app(str(e))
+    uvicorn.run(app, host=args.host, port=s.port, log_level=args.log_level.lower())
     return 0
 
 

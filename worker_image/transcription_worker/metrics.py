@@ -51,3 +51,8 @@ REJECTED = Counter(
 CANCELLED = Counter(
     "transcription_worker_cancelled", "Requests dropped because their client disconnected."
 )
+BATCH_WINDOWS = Histogram(
+    "transcription_worker_batch_windows",
+    "30 s windows of audio decoded together in one batch.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)

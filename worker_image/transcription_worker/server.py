@@ -45,7 +45,8 @@ from transcription_api.params import flag, parse_request
 from transcription_api.render import render
 
 from . import metrics
-from .engine import AudioError, Job, Lane, Options, QueueFull, Segment, decode
+from .batcher import Job, Lane, QueueFull
+from .engine import AudioError, Options, Segment, decode
 
 
 def _max_upload() -> int:
