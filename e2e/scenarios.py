@@ -37,8 +37,9 @@ def resource(**pool: Any) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(json.dumps(SAMPLES["cpu-faster-whisper"]))
     p = doc["spec"]["pools"][0]
     p.pop("replicas", None)
-    p["resources"]["cpu"] = "500m"  # two workers and two frontends fit the 2-core node
-    p["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX, "scaleDownDelay": DELAY}
+    # Room on the 2-core node for a rollout's surge: 3 workers and 2 frontends, or 2 and 3.
+    p["resources"]["cpu"] = "400m"
+    p["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX, "scaleDownDelay": DELAY, "target": 2}
     p.update(pool)
     doc["spec"]["frontend"] = {"replicas": 2, "resources": {"cpu": "250m", "memory": "512Mi"}}
     return doc
@@ -68,7 +69,11 @@ class Scaling:
 
     def replicas(self) -> tuple[int, int]:
         """(desired, ready) of the pool's Deployment, as KEDA/HPA set them."""
-        dep = self.kubectl.json("get", "deployment", f"{NAME}-{POOL}", "-n", self.namespace)
+        out = self.kubectl.run("get", "deployment", f"{NAME}-{POOL}", "-n", self.namespace,
+                               "-o", "json", check=False)  # fmt: skip
+        if out.returncode:
+            return -1, -1  # not created yet
+        dep = json.loads(out.stdout)
         return int(dep["spec"].get("replicas", 0)), int(dep["status"].get("readyReplicas") or 0)
 
     def pods(self, component: str) -> list[dict[str, Any]]:
