@@ -9,8 +9,11 @@ PYTEST_ARGS ?=
 # vLLM's own `vllm serve` parser checks the launcher's commands (tests/test_vllm_parser.py)
 # in an environment of its own, with the vLLM version the vLLM worker image is built FROM:
 # read from worker_image/Dockerfile.vllm, the one place it is pinned.
-VLLM_VENV := .venv-vllm
+# The heavy environments live next to the test bed's cache, outside the clone, so that
+# every clone (CI's fresh ones included) shares them.
+ENVS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/transcription-operator/envs
 VLLM_VERSION := $(shell sed -n 's|^FROM vllm/vllm-openai:v\([0-9.]*\).*|\1|p' worker_image/Dockerfile.vllm)
+VLLM_VENV := $(ENVS)/vllm-$(VLLM_VERSION)
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 .PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
@@ -21,7 +24,7 @@ help:
 	@echo "make demo-down   stop everything the demo started"
 	@echo "make test        install everything, then run lint, type checks and all tests"
 	@echo "make test-fast   unit and integration tests only (no cluster)"
-	@echo "make test-transformers  real transformers serve (its own .venv-transformers)"
+	@echo "make test-transformers  real transformers serve (its own environment, outside the clone)"
 
 # The virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -46,13 +49,13 @@ vllm-env: $(VLLM_STAMP)
 # The transformers suite's own environment: torch + transformers are heavy (several GB with
 # the CUDA libraries PyPI's Linux torch wheel pulls in), so they never enter .venv. PyTorch's
 # CPU-only index is used when it can be reached, else plain PyPI.
-TVENV := .venv-transformers
-TSTAMP := $(TVENV)/.installed
+TVENV := $(ENVS)/transformers
+TSTAMP := $(TVENV)/.installed-$(shell sed -n '/^transformers-test = \[/,/^\]/p' pyproject.toml | sha256sum | cut -c1-12)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 
-$(TSTAMP): pyproject.toml
+$(TSTAMP):
 	@echo "==> creating $(TVENV) (torch + transformers; first time: about 5 minutes and 6 GB)"
-	@start=$$(date +%s); \
+	@start=$$(date +%s); rm -rf $(TVENV); \
 	$(PYTHON) -m venv $(TVENV) && \
 	$(TVENV)/bin/pip install --quiet --upgrade pip && \
 	if $(TVENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
@@ -103,6 +106,8 @@ test: $(STAMP) $(VLLM_STAMP) system-deps testbed-build lint test-transformers
 
 # Real `transformers serve` processes (both modes), in their own environment.
 test-transformers: $(TSTAMP) system-deps
+	@# The shared environment runs this clone's code: point its editable install here.
+	$(TVENV)/bin/pip install --quiet -e '.[transformers-test]'
 	$(TVENV)/bin/pytest tests/transformers_engine $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(VLLM_STAMP) system-deps
@@ -127,7 +132,7 @@ crds: $(STAMP)
 	$(BIN)/python -m transcription_api.findings --write
 
 clean: testbed-down
-	rm -rf $(VENV) $(VLLM_VENV) $(TVENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 bench: $(STAMP) system-deps testbed-build
 	$(BIN)/python -m bench $(BENCH)

@@ -230,14 +230,18 @@ def operator(
 @contextlib.contextmanager
 def operator_in_cluster(
     kubectl: Kubectl, cluster: Path, release: str, watch: str, extra: tuple[str, ...] = ()
-) -> Iterator[str]:
+) -> Iterator[tuple[str, str]]:
     """The Helm chart installed with the test bed's images, watching one namespace: the
     operator runs in the cluster from its image, under its ServiceAccount. Yields the
-    namespace it runs in (restricted PodSecurity, like the one it watches)."""
+    namespace it runs in (restricted PodSecurity, like the one it watches) and the release's
+    name."""
     import images
     from test_chart import CHART, helm
 
     refs = images.refs()
+    # A name of its own: a run killed before its uninstall leaves cluster-scoped objects
+    # (the CRD-reading ClusterRole) that another release of the same name cannot adopt.
+    release = f"{release}-{uuid.uuid4().hex[:4]}"
     system_ns = create_namespace(kubectl, f"{watch}-system", simulated=False)
     kubectl("label", "namespace", system_ns, "pod-security.kubernetes.io/enforce=restricted")
     repo, tag = refs["operator"].rsplit(":", 1)
@@ -245,6 +249,8 @@ def operator_in_cluster(
         helm(
             "upgrade", "--install", release, str(CHART), "-n", system_ns, "--wait", "--timeout", "3m",
             "--set", "crds.install=false",  # the CRD is already there (another release owns it)
+            # So is the cluster's one warning policy (cluster-scoped, one per cluster).
+            "--set", "admissionPolicy.enabled=false",
             "--set", f"watchNamespaces={{{watch}}}",
             "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
             "--set", "image.pullPolicy=Never",
@@ -254,7 +260,7 @@ def operator_in_cluster(
             *extra,
             kubeconfig=cluster,
         )  # fmt: skip
-        yield system_ns
+        yield system_ns, release
     finally:
         helm("uninstall", release, "-n", system_ns, check=False, kubeconfig=cluster)
         kubectl.run("delete", "namespace", system_ns, "--wait=false", check=False)

@@ -100,7 +100,7 @@ class Scaling:
 def stack(kubectl: Kubectl, cluster: Path, audio: bytes, sentence: str) -> Iterator[Scaling]:
     ns = create_namespace(kubectl, "s", simulated=False)
     kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as system_ns:
+    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, _):
         kubectl.apply(resource(), ns)
         try:
             yield Scaling(kubectl, ns, system_ns, audio, sentence)

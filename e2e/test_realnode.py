@@ -48,6 +48,7 @@ class Stack:
     kubectl: Kubectl
     namespace: str
     system_namespace: str
+    release: str
 
     def pods(self, component: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.kubectl.json(
@@ -71,12 +72,12 @@ def resource() -> dict[str, Any]:
 def stack(kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None) -> Iterator[Stack]:
     ns = create_namespace(kubectl, "r", simulated=False)
     kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as system_ns:
+    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, release):
         kubectl.apply(resource(), ns)
         try:
             # Real pods: the worker loads Whisper before its startup probe passes.
             wait_ready(kubectl, ns, NAME, timeout=300)
-            yield Stack(kubectl, ns, system_ns)
+            yield Stack(kubectl, ns, system_ns, release)
         finally:
             kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
             kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
@@ -103,7 +104,7 @@ def test_operator_runs_in_the_cluster_from_its_image(stack: Stack, real_node: st
     pod = pods[0]
     assert pod["spec"]["nodeName"] == real_node
     # The chart's ServiceAccount (named after the chart's fullname).
-    assert pod["spec"]["serviceAccountName"] == f"{RELEASE}-transcription-operator"
+    assert pod["spec"]["serviceAccountName"] == f"{stack.release}-transcription-operator"
     status = pod["status"]["containerStatuses"][0]
     assert status["ready"] and status["image"].endswith(REFS["operator"].split("/", 1)[1])
     # It reconciled the sample under its own ServiceAccount: the children carry its field

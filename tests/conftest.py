@@ -10,7 +10,7 @@ import pytest
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
 # The transformers suite needs torch and transformers: it runs in its own environment
-# (`make test-transformers`, .venv-transformers) and is not collected without them.
+# (`make test-transformers`, its own environment) and is not collected without them.
 collect_ignore = [] if importlib.util.find_spec("transformers") else ["transformers_engine"]
 
 

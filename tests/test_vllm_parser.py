@@ -1,7 +1,7 @@
 """vLLM's own `vllm serve` parser, of the version the vLLM image pins, checks the launcher.
 
 vLLM cannot run here, but its argument parser can (`VLLM_TARGET_DEVICE=cpu`). `make test`
-installs the pinned vLLM into `.venv-vllm` (`make vllm-env`); this test runs one process
+installs the pinned vLLM into its own environment (`make vllm-env`); this test runs one process
 there that parses every command shape the launcher produces and runs the launcher's entry
 point with good and bad `engineArgs`. A parser that cannot be imported fails it: it never
 skips.
@@ -23,7 +23,6 @@ from transcription_api.worker import WorkerSettings
 from transcription_worker.vllm_launcher import vllm_args
 
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = Path(os.environ.get("VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 DOCKERFILE = ROOT / "worker_image" / "Dockerfile.vllm"
 NAMES = ["openai/whisper-large-v3-turbo", "whisper-1"]
 
@@ -55,6 +54,17 @@ def pinned_version() -> str:
     match = re.search(r"^FROM vllm/vllm-openai:v([0-9.]+)", DOCKERFILE.read_text(), re.M)
     assert match, f"{DOCKERFILE} does not pin a vllm/vllm-openai:vX.Y.Z base image"
     return match.group(1)
+
+
+# `make vllm-env` builds it outside the clone, shared by every clone (see the Makefile).
+ENVS = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "transcription-operator"
+    / "envs"
+)
+VLLM_PYTHON = Path(
+    os.environ.get("VLLM_PYTHON") or ENVS / f"vllm-{pinned_version()}" / "bin" / "python"
+)
 
 
 def every_shape() -> list[WorkerSettings]:

