@@ -4,6 +4,7 @@ election, only the leader's workers reconcile."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import Any
 
@@ -143,5 +144,28 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
         assert not rt.leading.is_set() and metrics.LEADER._value.get() == 0
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither leading nor standing by is no state to stay in: the process is restarted."""
+    sent: list[int] = []
+    monkeypatch.setattr(handlers.os, "kill", lambda pid, sig: sent.append(sig))
+
+    async def main() -> None:
+        async def broken() -> None:
+            raise ValueError("a Lease this replica cannot read")
+
+        failed = asyncio.create_task(broken())
+        await asyncio.gather(failed, return_exceptions=True)
+        handlers._election_ended(failed)
+        assert sent == [signal.SIGTERM]
+        cancelled = asyncio.create_task(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        handlers._election_ended(cancelled)  # shutdown: nothing more
+        assert sent == [signal.SIGTERM]
 
     asyncio.run(main())

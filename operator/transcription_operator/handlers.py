@@ -23,6 +23,8 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
+import signal
 from typing import Any
 
 import kopf
@@ -141,6 +143,16 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         lock = LeaseLock(kube, election.namespace, election.name)
         RUNTIME.election = LeaderElection(election, lock, _started_leading, _stopped_leading)
         RUNTIME.election_task = asyncio.create_task(RUNTIME.election.run())
+        RUNTIME.election_task.add_done_callback(_election_ended)
+
+
+def _election_ended(task: asyncio.Task[None]) -> None:
+    """The election loop runs until shutdown; should it ever fail, this replica could
+    neither lead nor stand by: stop the process (gracefully) so that it is restarted."""
+    if task.cancelled():
+        return
+    log.error("leader election stopped unexpectedly: shutting down", exc_info=task.exception())
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _started_leading() -> None:
