@@ -234,8 +234,11 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
     # The operator's pod is simulated here (the tests below run the operator as a local
     # process with the chart's token); test_realnode.py runs the chart's image for real.
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-        "annotations": testbed.SIMULATED_NAMESPACE_ANNOTATIONS}})  # fmt: skip
+        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})  # fmt: skip
+    # Annotated, not applied: `kubectl apply -f install.yaml` (its Namespace has none) would
+    # remove applied annotations, and its pods would then wait for a node that never comes.
+    kubectl("annotate", "--overwrite", "namespace", SYSTEM_NS,
+            *(f"{k}={v}" for k, v in testbed.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
     crd = "crd/transcriptiondeployments.transcription.dev"
