@@ -60,6 +60,7 @@ def test_default_render_is_cluster_wide_with_least_privilege() -> None:
     assert {d["kind"] for d in docs} == {
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "Role", "RoleBinding", "PodDisruptionBudget",  # leader election, 2 replicas
     }  # fmt: skip
     rules = find(docs, "ClusterRole", RELEASE)[0]["rules"]
     resources = {r for rule in rules for r in rule["resources"]}
@@ -73,14 +74,74 @@ def test_default_render_is_cluster_wide_with_least_privilege() -> None:
     }
     dep = find(docs, "Deployment")[0]
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert dep["spec"]["strategy"]["type"] == "Recreate"
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
-    assert {e["name"]: e["value"] for e in c["env"]}[
+    assert {e["name"]: e.get("value") for e in c["env"]}[
         "FASTER_WHISPER_IMAGE"
     ] == "ghcr.io/transcription-dev/worker-cpu:0.1.0"
     crd = find(docs, "CustomResourceDefinition")[0]
     assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+
+def test_default_render_runs_a_leader_and_a_hot_standby() -> None:
+    docs = render()
+    dep = find(docs, "Deployment")[0]
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert c["args"][2:] == [
+        "--leader-elect=true",
+        f"--leader-elect-resource-name={RELEASE}",
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
+    ]
+    env = {e["name"]: e.get("valueFrom") for e in c["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == dep["spec"]["selector"]["matchLabels"]
+    )
+    [pdb] = find(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": dep["spec"]["selector"]}
+    # The Lease: in the release namespace only, and only the release's Lease beyond create.
+    [role] = find(docs, "Role")
+    [binding] = find(docs, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == SYSTEM_NS
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [RELEASE], "verbs": ["get", "update"]},
+    ]  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": RELEASE, "namespace": SYSTEM_NS}
+    ]
+
+
+def test_without_leader_election_one_replica_recreated() -> None:
+    docs = render("leaderElection.enabled=false", "replicas=1")
+    dep = find(docs, "Deployment")[0]
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 1
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect=false" in args and not [
+        a for a in args if a.startswith("--leader-elect-")
+    ]
+    assert not find(docs, "Role") and not find(docs, "PodDisruptionBudget")
+    assert "affinity" not in dep["spec"]["template"]["spec"]
+    # A user's own affinity replaces the default anti-affinity.
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}}  # fmt: skip
+    docs = render(*(f"affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].{k}={v}"
+                    for k, v in (("key", "pool"), ("operator", "In"), ("values[0]", "system"))))  # fmt: skip
+    assert find(docs, "Deployment")[0]["spec"]["template"]["spec"]["affinity"] == own
 
 
 def test_watch_namespaces_render_roles_only_there() -> None:
@@ -94,7 +155,9 @@ def test_watch_namespaces_render_roles_only_there() -> None:
             "verbs": ["get", "list", "watch"],
         }
     ]
-    roles = find(docs, "Role")
+    roles = [
+        r for r in find(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["asr", "speech"]
     secret_rule = [r for r in roles[0]["rules"] if r["resources"] == ["secrets"]]
     assert secret_rule == [
@@ -142,7 +205,9 @@ def test_optional_service_monitor_and_dashboard() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("replicas=2", "replicas"),
+        ("replicas=2,leaderElection.enabled=false", "replicas"),  # two active controllers
+        ("leaderElection.leaseDuration=15", "leaseDuration"),  # a Go duration: 15s
+        ("leaderElection.bogus=1", "bogus"),
         ("bogus=1", "bogus"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
     ],
@@ -169,8 +234,11 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
     # The operator's pod is simulated here (the tests below run the operator as a local
     # process with the chart's token); test_realnode.py runs the chart's image for real.
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-        "annotations": testbed.SIMULATED_NAMESPACE_ANNOTATIONS}})  # fmt: skip
+        "name": SYSTEM_NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})  # fmt: skip
+    # Annotated, not applied: `kubectl apply -f install.yaml` (its Namespace has none) would
+    # remove applied annotations, and its pods would then wait for a node that never comes.
+    kubectl("annotate", "--overwrite", "namespace", SYSTEM_NS,
+            *(f"{k}={v}" for k, v in testbed.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
     crd = "crd/transcriptiondeployments.transcription.dev"
@@ -210,7 +278,7 @@ def sa_kubeconfig(kubectl: Kubectl, path: Path) -> Path:
 
 def test_helm_install_and_upgrade(kubectl: Kubectl, chart: None, cluster: Path) -> None:
     dep = kubectl.json("get", "deployment", RELEASE, "-n", SYSTEM_NS)
-    assert dep["status"].get("readyReplicas") == 1  # admitted under restricted PodSecurity
+    assert dep["status"].get("readyReplicas") == 2  # admitted under restricted PodSecurity
     out = helm(
         "upgrade",
         RELEASE,
@@ -254,6 +322,13 @@ def test_cluster_wide_rbac_denies_what_it_was_not_given(kubectl: Kubectl, chart:
     assert not can_i(kubectl, "delete", "events", "-n", "anywhere")
     assert not can_i(kubectl, "delete", "namespaces")
     assert not can_i(kubectl, "create", "clusterroles")
+    # Leader election: its own Lease, in its own namespace; nobody else's.
+    assert can_i(kubectl, "create", "leases", "-n", SYSTEM_NS)
+    assert can_i(kubectl, "update", f"leases/{RELEASE}", "-n", SYSTEM_NS)
+    assert not can_i(kubectl, "update", "leases/kube-scheduler", "-n", "kube-system")
+    assert not can_i(kubectl, "update", "leases/other", "-n", SYSTEM_NS)
+    assert not can_i(kubectl, "delete", f"leases/{RELEASE}", "-n", SYSTEM_NS)
+    assert not can_i(kubectl, "create", "leases", "-n", "default")
 
 
 def test_namespaced_rbac_stays_in_its_namespaces(
@@ -286,8 +361,12 @@ def test_operator_with_the_charts_permissions_reconciles_to_ready_under_restrict
 ) -> None:
     kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     operator.stop()  # the admin-credentialed one
+    # With leader election as the chart runs it: the chart's pods are simulated here and
+    # never take the Lease, so this process does, with the chart's Role.
+    election = ["--leader-elect", f"--leader-elect-resource-namespace={SYSTEM_NS}",
+                f"--leader-elect-resource-name={RELEASE}"]  # fmt: skip
     scoped = OperatorProcess(
-        sa_kubeconfig(kubectl, tmp_path / "sa.kubeconfig"), tmp_path / "sa-operator.log"
+        sa_kubeconfig(kubectl, tmp_path / "sa.kubeconfig"), tmp_path / "sa-operator.log", election
     )
     scoped.start()
     try:
@@ -301,6 +380,8 @@ def test_operator_with_the_charts_permissions_reconciles_to_ready_under_restrict
         assert not [e for e in events if e["reason"] == "FailedCreate"]
         log = (tmp_path / "sa-operator.log").read_text()
         assert "forbidden" not in log.lower()  # every API 403 says "... is forbidden: ..."
+        lease = kubectl.json("get", "lease", RELEASE, "-n", SYSTEM_NS)
+        assert lease["spec"]["holderIdentity"] in log  # "became the leader: ... held by <id>"
     finally:
         scoped.stop()
         operator.start()

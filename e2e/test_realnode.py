@@ -100,20 +100,33 @@ def test_operator_runs_in_the_cluster_from_its_image(stack: Stack, real_node: st
     pods = stack.kubectl.json(
         "get", "pods", "-n", stack.system_namespace, "-l", "app.kubernetes.io/name=transcription-operator"
     )["items"]  # fmt: skip
-    assert len(pods) == 1
-    pod = pods[0]
-    assert pod["spec"]["nodeName"] == real_node
-    # The chart's ServiceAccount (named after the chart's fullname).
-    assert pod["spec"]["serviceAccountName"] == f"{stack.release}-transcription-operator"
-    status = pod["status"]["containerStatuses"][0]
-    assert status["ready"] and status["image"].endswith(REFS["operator"].split("/", 1)[1])
+    # The chart's default: a leader and a hot standby (one real node: both on it).
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == real_node
+        # The chart's ServiceAccount (named after the chart's fullname).
+        assert pod["spec"]["serviceAccountName"] == f"{stack.release}-transcription-operator"
+        status = pod["status"]["containerStatuses"][0]
+        assert status["ready"] and status["image"].endswith(REFS["operator"].split("/", 1)[1])
+    # The leader is the pod the Lease names (identity: the pod's name, from the downward API).
+    lease = stack.kubectl.json(
+        "get", "lease", f"{stack.release}-transcription-operator", "-n", stack.system_namespace
+    )
+    names = {p["metadata"]["name"] for p in pods}
+    leader = lease["spec"]["holderIdentity"]
+    assert leader in names
+    [standby] = names - {leader}
     # It reconciled the sample under its own ServiceAccount: the children carry its field
     # manager, and the status it wrote says Ready for the current generation.
     td = stack.kubectl.json("get", "tdeploy", NAME, "-n", stack.namespace)
     assert td["status"]["observedGeneration"] == td["metadata"]["generation"]
-    logs = stack.kubectl("logs", "-n", stack.system_namespace, pod["metadata"]["name"])
-    assert f"watching {stack.namespace}" in logs
-    assert "forbidden" not in logs.lower()
+    for name in names:
+        logs = stack.kubectl("logs", "-n", stack.system_namespace, name)
+        assert f"watching {stack.namespace}" in logs
+        assert "forbidden" not in logs.lower()
+        assert ("became the leader" in logs) == (name == leader), name
+    standby_logs = stack.kubectl("logs", "-n", stack.system_namespace, standby)
+    assert f"is held by {leader}: standing by" in standby_logs
 
 
 def test_worker_and_frontend_pods_run_on_the_real_node(stack: Stack, real_node: str) -> None:

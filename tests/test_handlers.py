@@ -1,11 +1,21 @@
-"""kopf wiring: the watch streams status reads are filtered by the API server."""
+"""kopf wiring: the watch streams status reads are filtered by the API server; with leader
+election, only the leader's workers reconcile."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import time
+from typing import Any
+
 import kopf
+import pytest
 from kopf._cogs.structs.references import Resource
 
-from transcription_operator import handlers
+from transcription_api.v1alpha1 import API_VERSION, KIND
+from transcription_operator import handlers, metrics
+from transcription_operator.leader import ElectionConfig
+from transcription_operator.reconciler import Result
 
 
 def test_pods_and_events_are_filtered_server_side() -> None:
@@ -23,3 +33,139 @@ def test_pods_and_events_are_filtered_server_side() -> None:
     ]
     assert settings.watching.label_selectors.collect(deployments) == []
     assert settings.watching.field_selectors.collect(pods) == []
+
+
+# --------------------------------------------------------------------------- leader election
+
+
+class Recorder:
+    """Stands in for the Reconciler: records which keys were reconciled."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def reconcile(self, namespace: str, name: str) -> Result:
+        self.calls.append((namespace, name))
+        return Result("unchanged")
+
+
+class Election:
+    """Stands in for LeaderElection: leading when told."""
+
+    def __init__(self) -> None:
+        self.leading = False
+        self.config = ElectionConfig(namespace="ops", name="lease", identity="me")
+
+    def is_leading(self) -> bool:
+        return self.leading
+
+    async def release(self) -> None:
+        self.released = True
+
+
+def td(name: str) -> dict[str, Any]:
+    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": {"namespace": "ns", "name": name}}
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+
+
+def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def main() -> None:
+        rt = handlers.Runtime()
+        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        recorder, election = Recorder(), Election()
+        rt.reconciler = recorder  # type: ignore[assignment]
+        rt.election = election  # type: ignore[assignment]
+        workers = [asyncio.create_task(handlers._worker(i)) for i in range(2)]
+        handlers._stopped_leading()
+        # Standing by: events fill the cache and the queue, nothing is reconciled.
+        for name in ("a", "b"):
+            rt.cache.put(td(name))
+        rt.queue.add(("ns", "a"))
+        await settle()
+        assert recorder.calls == [] and metrics.LEADER._value.get() == 0
+        # Elected: every known resource at once, not only those with a queued event.
+        election.leading = True
+        handlers._started_leading()
+        await settle()
+        assert sorted(recorder.calls) == [("ns", "a"), ("ns", "b")]
+        assert metrics.LEADER._value.get() == 1
+        # The lease lapses: the very next key waits, even before the loop says so.
+        election.leading = False
+        rt.queue.add(("ns", "a"))
+        await settle()
+        assert len(recorder.calls) == 2
+        handlers._stopped_leading()
+        await settle()
+        assert len(recorder.calls) == 2 and rt.queue.depth == 1  # kept for the next term
+        # Leading again: the waiting key and everything else.
+        election.leading = True
+        handlers._started_leading()
+        await settle()
+        assert sorted(recorder.calls[2:]) == [("ns", "a"), ("ns", "b")]
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def main() -> None:
+        rt = handlers.Runtime()
+        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        election = Election()
+        election.leading = True
+        rt.election = election  # type: ignore[assignment]
+        order: list[str] = []
+
+        class Slow(Recorder):
+            def reconcile(self, namespace: str, name: str) -> Result:
+                time.sleep(0.3)
+                order.append("reconciled")
+                return Result("unchanged")
+
+        rt.reconciler = Slow()  # type: ignore[assignment]
+        handlers._started_leading()
+        worker = asyncio.create_task(handlers._worker(0))
+        rt.queue.add(("ns", "a"))
+        await asyncio.sleep(0.05)
+        assert rt.in_flight == 1
+        await handlers._hand_over(election)  # type: ignore[arg-type]
+        order.append("released" if election.released else "kept")
+        assert order == ["reconciled", "released"]
+        assert not rt.leading.is_set() and metrics.LEADER._value.get() == 0
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither leading nor standing by is no state to stay in: the process is restarted."""
+    sent: list[int] = []
+    monkeypatch.setattr(handlers.os, "kill", lambda pid, sig: sent.append(sig))
+
+    async def main() -> None:
+        async def broken() -> None:
+            raise ValueError("a Lease this replica cannot read")
+
+        failed = asyncio.create_task(broken())
+        await asyncio.gather(failed, return_exceptions=True)
+        handlers._election_ended(failed)
+        assert sent == [signal.SIGTERM]
+        cancelled = asyncio.create_task(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        handlers._election_ended(cancelled)  # shutdown: nothing more
+        assert sent == [signal.SIGTERM]
+
+    asyncio.run(main())

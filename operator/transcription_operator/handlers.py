@@ -7,6 +7,11 @@ of a resource or of one of its children enqueues the resource; queue workers run
 level-triggered `Reconciler` (in a thread, as the official client is synchronous), with
 per-resource exclusivity, exponential backoff on API errors and a periodic resync.
 
+With leader election (`--leader-elect`, `leader.py`), every replica watches and keeps its
+cache hot, but only the leader's workers reconcile (and so write children, status and
+Events). A replica that becomes leader enqueues every resource it knows at once; one that
+loses the lease stops taking keys at once (a reconcile in flight finishes).
+
 Status explains pods that are not ready from two more watch streams, filtered by the API
 server so that only what status reads arrives: the operator's pods (by label) and Warning
 Events about pods (by field). A reconcile reads them from memory: no request per pod, ever.
@@ -15,8 +20,11 @@ Events about pods (by field). A reconcile reads them from memory: no request per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
+import os
+import signal
 from typing import Any
 
 import kopf
@@ -27,6 +35,7 @@ from . import metrics
 from .config import OperatorConfig
 from .kinds import CHILDREN, Kind
 from .kube import Kube, KubeError
+from .leader import ElectionConfig, LeaderElection, LeaseLock
 from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
 from .queue import WorkQueue
 from .reconciler import Cache, Pods, Reconciler
@@ -51,6 +60,17 @@ class Runtime:
         self.tasks: list[asyncio.Task[None]] = []
         self.kubeconfig: str | None = None
         self.namespaces: tuple[str, ...] = ()  # empty: every namespace
+        self.election_config: ElectionConfig | None = None  # None: no leader election
+        self.election: LeaderElection | None = None
+        self.election_task: asyncio.Task[None] | None = None
+        # Set while the workers may take keys (always, without leader election).
+        self.leading = asyncio.Event()
+        self.in_flight = 0
+        self.idle = asyncio.Event()  # set while no reconcile is in flight
+        self.idle.set()
+
+    def may_reconcile(self) -> bool:
+        return self.election is None or self.election.is_leading()
 
 
 RUNTIME = Runtime()
@@ -65,7 +85,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # Handler log lines must not become Kubernetes Events (each one a write): we post the
     # Events users need ourselves.
     settings.posting.enabled = False
-    # One replica (the chart runs it with the Recreate strategy): no peering objects.
+    # No kopf peering objects: replicas coordinate through a Lease (`leader.py`), the
+    # Kubernetes standard, and a single replica needs none.
     settings.peering.standalone = True
     # Watches are restarted by the server every 5 minutes at most; reconnect quickly.
     settings.watching.server_timeout = 300
@@ -113,6 +134,38 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
     RUNTIME.tasks.append(asyncio.create_task(_resync()))
+    election = RUNTIME.election_config
+    if election is None:
+        metrics.LEADER.set(1)
+        RUNTIME.leading.set()
+    else:
+        _stopped_leading()
+        lock = LeaseLock(kube, election.namespace, election.name)
+        RUNTIME.election = LeaderElection(election, lock, _started_leading, _stopped_leading)
+        RUNTIME.election_task = asyncio.create_task(RUNTIME.election.run())
+        RUNTIME.election_task.add_done_callback(_election_ended)
+
+
+def _election_ended(task: asyncio.Task[None]) -> None:
+    """The election loop runs until shutdown; should it ever fail, this replica could
+    neither lead nor stand by: stop the process (gracefully) so that it is restarted."""
+    if task.cancelled():
+        return
+    log.error("leader election stopped unexpectedly: shutting down", exc_info=task.exception())
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _started_leading() -> None:
+    """Reconcile everything known at once: the cache is already warm."""
+    metrics.LEADER.set(1)
+    RUNTIME.leading.set()
+    for ns, name in RUNTIME.cache.keys(KIND):
+        RUNTIME.queue.add((ns, name))
+
+
+def _stopped_leading() -> None:
+    metrics.LEADER.set(0)
+    RUNTIME.leading.clear()
 
 
 def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
@@ -141,9 +194,24 @@ def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    if RUNTIME.election is not None:
+        await _hand_over(RUNTIME.election)
     for t in RUNTIME.tasks:
         t.cancel()
     await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
+
+
+async def _hand_over(election: LeaderElection) -> None:
+    """Graceful shutdown of a replica with leader election: take no more keys, let the
+    reconciles in flight finish (for up to the renew deadline, as when the lease is lost),
+    then release the lease so that a standby takes over at its next retry."""
+    if RUNTIME.election_task is not None:
+        RUNTIME.election_task.cancel()  # from here on, election.is_leading() is False
+        await asyncio.gather(RUNTIME.election_task, return_exceptions=True)
+    _stopped_leading()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(RUNTIME.idle.wait(), election.config.renew_deadline)
+    await election.release()
 
 
 @kopf.on.probe(id="queue_depth")
@@ -221,11 +289,23 @@ def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
 
 async def _worker(index: int) -> None:
     while True:
+        await RUNTIME.leading.wait()
         key = await RUNTIME.queue.get()
+        if not RUNTIME.may_reconcile():
+            # The lease lapsed a moment ago; the election loop is about to say so.
+            RUNTIME.queue.done(key)
+            RUNTIME.queue.add(key)
+            await asyncio.sleep(0.05)
+            continue
         metrics.QUEUE_DEPTH.set(RUNTIME.queue.depth)
+        RUNTIME.in_flight += 1
+        RUNTIME.idle.clear()
         try:
             await _reconcile(key)
         finally:
+            RUNTIME.in_flight -= 1
+            if not RUNTIME.in_flight:
+                RUNTIME.idle.set()
             RUNTIME.queue.done(key)
 
 

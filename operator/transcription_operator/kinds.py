@@ -63,8 +63,10 @@ EVENT = Kind("v1", "Event", "events", ("create", "patch"))
 # are watched (read-only; never a request per pod).
 POD = Kind("v1", "Pod", "pods", READ)
 EVENT_READS = READ  # core/v1 Events only
+# Leader election (`leader.py`): one Lease, in the operator's own namespace.
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"))
 
-KINDS: dict[str, Kind] = {k.kind: k for k in (*CHILDREN, RESOURCE, SECRET, EVENT, POD)}
+KINDS: dict[str, Kind] = {k.kind: k for k in (*CHILDREN, RESOURCE, SECRET, EVENT, POD, LEASE)}
 CHILD_KIND_NAMES = frozenset(k.kind for k in CHILDREN)
 
 
@@ -89,3 +91,19 @@ def rbac_rules(secret_names: list[str] | None = None) -> list[dict[str, Any]]:
     rules.append(rule([POD.group], POD.plural, POD.verbs))
     rules.append(rule([EVENT.group], EVENT.plural, EVENT_READS))
     return rules
+
+
+def leader_election_rules(lease_name: str) -> list[dict[str, Any]]:
+    """The rules of the Role, in the operator's own namespace only, that leader election
+    needs: create the Lease (RBAC cannot restrict `create` by name), then read and renew
+    only that one."""
+    group, plural = LEASE.group, LEASE.plural
+    return [
+        {"apiGroups": [group], "resources": [plural], "verbs": ["create"]},
+        {
+            "apiGroups": [group],
+            "resources": [plural],
+            "resourceNames": [lease_name],
+            "verbs": [v for v in LEASE.verbs if v != "create"],
+        },
+    ]

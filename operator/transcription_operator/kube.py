@@ -58,6 +58,7 @@ class Kube:
         body: Any = None,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
+        timeout: float | None = None,
     ) -> Any:
         metrics.API_REQUESTS.labels(verb=method).inc()
         headers = {"Accept": "application/json", "Content-Type": content_type}
@@ -70,7 +71,9 @@ class Kube:
         )
         try:
             # The REST client serializes dict bodies itself, for JSON and YAML content types.
-            resp = self.api.call_api(method, url, header_params=headers, body=body)
+            resp = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=timeout
+            )
         except ApiException as e:
             raise KubeError(e.status or 0, e.reason or "", e.body or "") from e
         raw = resp.read()  # type: ignore[no-untyped-call]

@@ -3,6 +3,8 @@
 transcription-operator                       watch all namespaces
 transcription-operator -n speech -n asr      watch these namespaces only
 WATCH_NAMESPACES=speech,asr transcription-operator
+transcription-operator --leader-elect         one of several replicas: only the Lease's holder
+                                             reconciles (POD_NAME, POD_NAMESPACE from the pod)
 """
 
 from __future__ import annotations
@@ -18,6 +20,34 @@ from prometheus_client import start_http_server
 
 from . import handlers
 from .config import OperatorConfig
+from .leader import (
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    ElectionConfig,
+    ElectionConfigError,
+    default_identity,
+    default_namespace,
+    parse_duration,
+)
+
+LEASE_NAME = "transcription-operator"
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean: use true or false")
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,7 +63,64 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port")
     p.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    return p.parse_args(argv)
+    env = os.environ.get
+    le = p.add_argument_group(
+        "leader election", "a coordination.k8s.io/v1 Lease; each flag's default is its env var"
+    )
+    le.add_argument(
+        "--leader-elect", type=parse_bool, nargs="?", const=True, metavar="BOOL",
+        default=env("LEADER_ELECT", "false"),
+        help="run as one of several replicas: only the Lease's holder reconciles "
+        "(LEADER_ELECT; default false)",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-lease-duration", type=duration, metavar="DURATION",
+        default=env("LEADER_ELECT_LEASE_DURATION", f"{LEASE_DURATION:g}s"),
+        help="how long standbys wait after the Lease's last change before taking over "
+        "(LEADER_ELECT_LEASE_DURATION; default 15s)",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-renew-deadline", type=duration, metavar="DURATION",
+        default=env("LEADER_ELECT_RENEW_DEADLINE", f"{RENEW_DEADLINE:g}s"),
+        help="the leader stops reconciling when it could not renew for this long "
+        "(LEADER_ELECT_RENEW_DEADLINE; default 10s)",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-retry-period", type=duration, metavar="DURATION",
+        default=env("LEADER_ELECT_RETRY_PERIOD", f"{RETRY_PERIOD:g}s"),
+        help="between renewals and acquire attempts (LEADER_ELECT_RETRY_PERIOD; default 2s)",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-resource-name", metavar="NAME",
+        default=env("LEADER_ELECT_RESOURCE_NAME", LEASE_NAME),
+        help=f"the Lease's name (LEADER_ELECT_RESOURCE_NAME; default {LEASE_NAME})",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-resource-namespace", metavar="NAMESPACE",
+        default=env("LEADER_ELECT_RESOURCE_NAMESPACE") or default_namespace(),
+        help="the Lease's namespace (LEADER_ELECT_RESOURCE_NAMESPACE; default: the pod's, "
+        "POD_NAMESPACE)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    args.election = None
+    if args.leader_elect:
+        if not args.leader_elect_resource_namespace:
+            p.error(
+                "--leader-elect: not running in a pod, so the Lease's namespace is unknown; "
+                "set --leader-elect-resource-namespace (or POD_NAMESPACE)"
+            )
+        try:
+            args.election = ElectionConfig(
+                namespace=args.leader_elect_resource_namespace,
+                name=args.leader_elect_resource_name,
+                identity=default_identity(),
+                lease_duration=args.leader_elect_lease_duration,
+                renew_deadline=args.leader_elect_renew_deadline,
+                retry_period=args.leader_elect_retry_period,
+            )
+        except ElectionConfigError as e:
+            p.error(str(e))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers.RUNTIME.kubeconfig = args.kubeconfig
     namespaces: list[str] = args.namespace or list(OperatorConfig.from_env().namespaces)
     handlers.RUNTIME.namespaces = tuple(namespaces)
+    handlers.RUNTIME.election_config = args.election
     start_http_server(args.metrics_port)
     logging.getLogger(__name__).info(
         "watching %s; metrics on :%d, liveness on :%d/healthz",

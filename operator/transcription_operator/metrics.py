@@ -25,3 +25,8 @@ MANAGED = Gauge(
     ["kind"],
 )
 QUEUE_DEPTH = Gauge("transcription_operator_queue_depth", "Resources waiting for a reconcile.")
+LEADER = Gauge(
+    "transcription_operator_leader",
+    "1 while this replica is the leader (reconciles), 0 while it stands by; 1 without "
+    "leader election.",
+)
