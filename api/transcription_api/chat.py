@@ -108,7 +108,12 @@ def _as_parts(content: Any) -> Any:
 UserPart = Annotated[
     TextPart | InputAudioPart, Discriminator("type"), BeforeValidator(_refuse_other_parts)
 ]
-TextParts = Annotated[list[TextPart], BeforeValidator(_as_parts)]
+TextParts = Annotated[
+    list[TextPart], BeforeValidator(_as_parts, json_schema_input_type=str | list[TextPart])
+]
+UserParts = Annotated[
+    list[UserPart], BeforeValidator(_as_parts, json_schema_input_type=str | list[UserPart])
+]
 
 
 class SystemMessage(BaseModel):
@@ -121,7 +126,7 @@ class SystemMessage(BaseModel):
 class UserMessage(BaseModel):
     model_config = _PASS
     role: Literal["user"]
-    content: Annotated[list[UserPart], BeforeValidator(_as_parts)]
+    content: UserParts
     name: str | None = None
 
 
