@@ -183,11 +183,6 @@ def test_a_bare_500_becomes_an_openai_error_and_serving_goes_on(
         model="whisper-1", file=("a.wav", wav)).text) == 0  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the frontend does not yet replace `model` with PoolRoute.worker_model: the lead "
-    "wires it after the gateway refactor (issue 13); then remove this mark",
-)
 def test_frontend_sends_the_worker_model_of_a_baked_in_checkpoint(
     checkpoints: Path, tmp_path: Path, wav: bytes
 ) -> None:
