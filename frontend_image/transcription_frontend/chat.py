@@ -78,8 +78,12 @@ async def _pipeline(
     needs = request_needs(Capability.CHAT, stream=request.stream)
     pools = able(choose_pools(gw.router, needs, len(raw)), chat_refusal(request, body, audio))
 
+    encoded: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
+
     def body_for(pool: PoolRoute) -> JsonBody:
-        return JsonBody(chat_body(body, pool, primary))
+        if pool.name not in encoded:
+            encoded[pool.name] = chat_body(body, pool, primary)
+        return JsonBody(encoded[pool.name])
 
     async with (
         cancel_on_disconnect(receive, answered),
