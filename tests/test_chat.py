@@ -401,3 +401,16 @@ def test_content_as_a_string_or_parts_and_what_passes_through() -> None:
     assert request.seed == 7 and request.audio_parts() == []
     with pytest.raises(APIError, match=r"messages\[0\]\.tool_call_id: Field required"):
         parse_chat(json.dumps({"messages": [{"role": "tool", "content": "x"}]}).encode())
+
+
+def test_the_openapi_document_describes_the_chat_body(frontend: Frontend) -> None:
+    doc = httpx.get(f"{frontend.url}/openapi.json").json()
+    op = doc["paths"]["/v1/chat/completions"]["post"]
+    ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/ChatCompletionRequest"
+    schemas = doc["components"]["schemas"]
+    assert schemas["ChatCompletionRequest"]["required"] == ["messages"]
+    parts = schemas["UserMessage"]["properties"]["content"]["anyOf"]
+    assert parts[0] == {"type": "string"}
+    assert set(parts[1]["items"]["discriminator"]["mapping"]) == {"text", "input_audio"}
+    assert schemas["InputAudio"]["required"] == ["data", "format"]
