@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -16,12 +17,21 @@ import openai
 import pytest
 
 from tests.audio import convert, speak, tone_wav
-from tests.standins import TRANSFORMERS, Behaviour, Running, recording, serve, transformers_app
+from tests.standins import (
+    TRANSFORMERS,
+    Behaviour,
+    Running,
+    free_port,
+    recording,
+    serve,
+    transformers_app,
+)
 from tests.test_frontend import PRIMARY, Frontend, error, pool
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.chat import parse_chat
 from transcription_api.errors import APIError
 from transcription_api.routes import RouteTable
+from transcription_frontend.forward import WorkerTimeouts
 
 WORKER_MODEL = "/models/qwen2-audio"  # the name the worker loaded; clients never say it
 WAV = tone_wav(0.5)
@@ -414,3 +424,66 @@ def test_the_openapi_document_describes_the_chat_body(frontend: Frontend) -> Non
     assert parts[0] == {"type": "string"}
     assert set(parts[1]["items"]["discriminator"]["mapping"]) == {"text", "input_audio"}
     assert schemas["InputAudio"]["required"] == ["data", "format"]
+
+
+# --------------------------------------------------------------------------- scale from zero
+
+
+def test_a_chat_pool_at_zero_holds_the_request_until_a_worker_appears(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(worker[0].url).model_copy(
+        update={"endpoints": []})]))  # fmt: skip
+    held = "transcription_frontend_held_requests"
+    try:
+        body = json.dumps({"model": PRIMARY, "messages": messages(audio_part())}).encode()
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            answer = ex.submit(httpx.post, f"{fe.url}/v1/chat/completions", content=body,
+                               timeout=30)  # fmt: skip
+            deadline = time.monotonic() + 5
+            while fe.metric(held, pool="chat") != 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert fe.metric(held, pool="chat") == 1
+            # The held JSON body counts against the bytes bound of held requests.
+            assert fe.metric("transcription_frontend_held_bytes") == len(body)
+            assert not answer.done()
+            fe.endpoints("chat", [worker[0].url])
+            r = answer.result(timeout=10)
+        assert r.status_code == 200 and r.json()["model"] == PRIMARY
+        assert fe.metric(held, pool="chat") == 0
+    finally:
+        fe.running.stop()
+
+
+def test_a_dead_endpoint_is_retried_on_another(worker: tuple[Running, Behaviour]) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = chat_pool(worker[0].url).model_copy(update={"endpoints": [dead, worker[0].url]})
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[p]))
+    try:
+        for _ in range(2):  # whichever endpoint is picked first
+            assert post(fe, {"model": PRIMARY, "messages": messages()}).status_code == 200
+        assert len(worker[1].seen) == 2
+    finally:
+        fe.running.stop()
+
+
+def test_a_stream_that_stalls_ends_with_an_error_event_after_the_read_timeout(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    worker[1].chunk_delay = 3.0
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(worker[0].url)]),
+                  worker_timeouts=WorkerTimeouts(read=0.5))  # fmt: skip
+    try:
+        started = time.monotonic()
+        r = post(fe, {"model": PRIMARY, "messages": messages(), "stream": True})
+        assert time.monotonic() - started < 2.5
+        events = [e for e in r.text.split("\n\n") if e]
+        assert json.loads(events[0].removeprefix("data: "))["model"] == PRIMARY
+        error_event = json.loads(events[1].removeprefix("data: "))["error"]
+        assert (
+            "its stream sent nothing for longer than the worker read timeout"
+            in (error_event["message"])
+        )
+        assert events[2:] == ["data: [DONE]"]
+    finally:
+        fe.running.stop()

@@ -175,6 +175,10 @@ class ChatStream:
         try:
             async for event in self._events():
                 yield event
+        except TimeoutError:  # aiohttp's read timeout (--worker-read-timeout)
+            self.error = worker_failed(
+                self.answer.pool, "its stream sent nothing for longer than the worker read timeout"
+            )
         except CONNECT_ERRORS as e:
             self.error = worker_failed(
                 self.answer.pool, f"its stream broke off: {e.__class__.__name__}"

@@ -8,10 +8,10 @@ endpoint's in-flight count, however the block ends.
 
 A transcription (or a chat completion) is safe to repeat, so until a byte has gone to the
 client a failed attempt is repeated elsewhere: an answer is only taken once its whole body
-(or, for a stream, its first piece) has arrived. A worker that cannot be reached, resets or closes
-the connection before that, or answers 503, is retried on another endpoint (another
-pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint is left
-to try -- a pool scaled to zero, its only worker restarting -- the request is held
+(or, for a stream, its first piece) has arrived. A worker that cannot be reached, resets
+or closes the connection before that, or answers 503, is retried on another endpoint
+(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint
+is left to try -- a pool scaled to zero, its only worker restarting -- the request is held
 (`hold.py`) until discovery brings one. A request served by a fallback pool because the
 pool it prefers had no ready worker counts as that pool's demand while it runs
 (`Router.spill`), so that the preferred pool scales up from zero. Every read from a
