@@ -12,6 +12,7 @@ import base64
 import json
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,28 @@ def wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return speak(SENTENCES[1], tmp_path_factory.mktemp("speech"))
 
 
-def start_deployment(
+@contextmanager
+def deployment(
     spec: dict[str, Any], cwd: Path, d: Path
-) -> tuple[RouteTable, list[Server], str, subprocess.Popen[bytes]]:
-    """The operator's plan and route table for `spec`, its transformers workers, a frontend."""
+) -> Iterator[tuple[RouteTable, Server, str]]:
+    """The operator's plan and route table for `spec` (one transformers pool), its worker
+    and a frontend; all stopped at the end, also when one fails to start."""
     td = make_td(spec)
     the_plan = plan(td.spec)
-    servers = []
-    for p in the_plan.pools:
-        assert p.engine == Engine.TRANSFORMERS
-        settings = worker_settings(td, p).model_copy(update={"port": free_port()})
-        servers.append(launch(settings, cwd, d / f"{p.name}.log"))
-    table = route_table(td, the_plan)
-    urls = {p.name: s.url for p, s in zip(the_plan.pools, servers, strict=True)}
-    url, fe = frontend(with_endpoints(table, urls), d)
-    return table, servers, url, fe
+    [pool] = the_plan.pools
+    assert pool.engine == Engine.TRANSFORMERS
+    settings = worker_settings(td, pool).model_copy(update={"port": free_port()})
+    server = launch(settings, cwd, d / f"{pool.name}.log")
+    fe = None
+    try:
+        table = route_table(td, the_plan)
+        url, fe = frontend(with_endpoints(table, {pool.name: server.url}), d)
+        yield table, server, url
+    finally:
+        if fe is not None:
+            fe.terminate()
+            fe.wait(timeout=30)
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +75,10 @@ def chat_deployment(
                       "source": "image", "path": str(checkpoints / "audio-lm")},
             "engine": "transformers", "pools": [{"name": "batch", "mode": "continuous"}],
             "traffic": {"endpoints": ["chat"], "features": ["stream"]}}  # fmt: skip
-    d = tmp_path_factory.mktemp("chat")
-    table, servers, url, fe = start_deployment(spec, checkpoints, d)
-    assert [(p.name, p.worker_model) for p in table.pools] == [
-        ("batch", str(checkpoints / "audio-lm"))]  # fmt: skip
-    yield servers[0], url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    fe.terminate()
-    fe.wait(timeout=30)
-    for s in servers:
-        s.stop()
+    with deployment(spec, checkpoints, tmp_path_factory.mktemp("chat")) as (table, server, url):
+        assert [(p.name, p.worker_model) for p in table.pools] == [
+            ("batch", str(checkpoints / "audio-lm"))]  # fmt: skip
+        yield server, url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
 
 
 def audio_part(data: bytes, fmt: str = "wav") -> dict[str, Any]:
@@ -178,13 +181,8 @@ def whisper_deployment(
     spec = {"model": {"name": WHISPER, "aliases": ["whisper-1"]}, "engine": "transformers",
             "pools": [{"name": "seq", "mode": "sequential"}],
             "traffic": {"endpoints": ["transcriptions"], "features": ["stream"]}}  # fmt: skip
-    d = tmp_path_factory.mktemp("whisper")
-    _, servers, url, fe = start_deployment(spec, checkpoints, d)
-    yield servers[0], url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-    fe.terminate()
-    fe.wait(timeout=30)
-    for s in servers:
-        s.stop()
+    with deployment(spec, checkpoints, tmp_path_factory.mktemp("whisper")) as (_, server, url):
+        yield server, url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
 
 
 def containers(wav: Path) -> dict[str, bytes]:
