@@ -76,7 +76,7 @@ async def _pipeline(
         body["messages"][i]["content"][j]["input_audio"]["format"] = info.container
         audio.append((param, info))
     needs = request_needs(Capability.CHAT, stream=request.stream)
-    pools = able(choose_pools(gw.router, needs, len(raw)), chat_refusal(request, body, audio))
+    pools = able(choose_pools(gw.router, needs, len(raw)), chat_refusal(body, audio))
 
     encoded: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
 

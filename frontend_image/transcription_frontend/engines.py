@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from transcription_api.capabilities import Engine
-from transcription_api.chat import ChatCompletionRequest
 from transcription_api.errors import APIError, bad_request
 from transcription_api.openai import ResponseFormat, TranscriptionRequest
 from transcription_api.params import field
@@ -170,9 +169,7 @@ def transcription_refusal(fields: list[tuple[str, str]], audio: AudioInfo) -> Re
 # --------------------------------------------------------------------------- chat
 
 
-def chat_refusal(
-    request: ChatCompletionRequest, body: dict[str, Any], audio: list[tuple[str, AudioInfo]]
-) -> Refusal:
+def chat_refusal(body: dict[str, Any], audio: list[tuple[str, AudioInfo]]) -> Refusal:
     def refusal(pool: PoolRoute) -> APIError | None:
         accepted = CHAT_FIELDS.get(pool.engine)
         if accepted is not None and (names := sorted(set(body) - accepted)):
