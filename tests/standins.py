@@ -1,14 +1,15 @@
 """Stand-in workers that answer with engines' recorded responses, served over real HTTP.
 
 `vllm_app` replays `fixtures/vllm-0.32/` (vLLM 0.32's verbatim answers) and
-`transformers_app` replays `fixtures/transformers-5.24/`, choosing the recording the real
-engine would have sent for each request. `serve()` runs any ASGI app on a free local port
-in a background thread.
+`transformers_app` replays `fixtures/transformers-5.24/` (transcriptions and chat
+completions), choosing the recording the real engine would have sent for each request.
+`serve()` runs any ASGI app on a free local port in a background thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import threading
@@ -61,6 +62,7 @@ class Seen:
     file_name: str
     headers: dict[str, str]
     path: str = ""  # which endpoint: /v1/audio/transcriptions or /v1/audio/translations
+    body: dict[str, Any] | None = None  # a chat request's JSON
 
 
 @dataclass
@@ -216,33 +218,153 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
     )
 
 
-def transformers_app(behaviour: Behaviour | None = None) -> Starlette:
-    """A stand-in for `transformers serve` (sequential generation)."""
+# What `transformers serve` 5.24 accepts (its validators: anything else is a 422) and the
+# containers soundfile decodes for it (others: a bare 500); the real suite checks both.
+TRANSFORMERS_FORM = {
+    "file", "model", "stream", "language", "prompt", "response_format", "temperature",
+    "chunking_strategy", "include", "keywords", "known_speaker_names",
+    "known_speaker_references", "languages", "timestamp_granularities",
+}  # fmt: skip
+TRANSFORMERS_CHAT = {
+    "audio", "chat_template_kwargs", "frequency_penalty", "function_call", "functions",
+    "generation_config", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens",
+    "messages", "metadata", "modalities", "model", "moderation", "n", "parallel_tool_calls",
+    "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options",
+    "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier",
+    "seed", "service_tier", "stop", "store", "stream", "stream_options", "temperature",
+    "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity", "web_search_options",
+}  # fmt: skip
+SOUNDFILE_MAGIC = (
+    b"RIFF",
+    b"fLaC",
+    b"OggS",
+    b"ID3",
+    b"\xff\xfb",
+    b"\xff\xf3",
+    b"FORM",
+    b".snd",
+    b"caff",
+)
+TORCHCODEC_ONLY = {"3gp", "aac", "ac3", "amr", "avi", "flv", "m4a", "m4v", "mkv", "mov", "mp4",
+                   "mpg", "ogv", "sox", "ts", "webm", "wma", "wmv", "wv"}  # fmt: skip
+# transformers' mid-stream error event: the exception's text, unescaped, in a JSON-ish shell.
+TRANSFORMERS_STREAM_ERROR = 'data: {"error": "CUDA out of memory. Tried to allocate 2.00 GiB"}\n\n'
+
+
+def decodable(data: bytes) -> bool:
+    """Whether soundfile would decode it: a container it reads, with more than a header."""
+    return data.startswith(SOUNDFILE_MAGIC) and data[4:].strip(b"\0") != b""
+
+
+def _unexpected(fields: set[str]) -> Response:
+    status, ctype, body = recording(TRANSFORMERS, "unknown_field")
+    return Response(body.replace("{'foo'}", repr(fields)), status_code=status,
+                    headers={"content-type": ctype})  # fmt: skip
+
+
+def transformers_app(
+    behaviour: Behaviour | None = None, model: str = "/models/whisper-tiny.en",
+    family: str = "whisper",
+) -> Starlette:  # fmt: skip
+    """A stand-in for `transformers serve <model>`: a Whisper model (`family="whisper"`:
+    transcriptions, no chat) or an audio language model (`"audio-lm"`: chat, audio input
+    included; its transcription endpoint fails). It answers to `model` only."""
     b = behaviour or Behaviour()
+
+    async def tracked(request: Request, handler: Any) -> Response:
+        b.in_flight += 1
+        b.max_in_flight = max(b.max_in_flight, b.in_flight)
+        try:
+            if b.status:
+                return PlainTextResponse("overloaded", status_code=b.status)
+            deadline = time.monotonic() + b.delay
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+                if await request.is_disconnected():
+                    b.cancelled += 1
+                    return Response(status_code=499)
+            return await handler()  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            b.cancelled += 1
+            raise
+        finally:
+            b.in_flight -= 1
 
     async def transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
         b.seen.append(
             Seen(fields, len(data or b""), fname, dict(request.headers), request.url.path)
         )
-        if data is None or not data.startswith(AUDIO_MAGIC):
+        return await tracked(request, lambda: _transcribe(dict(fields), fields, data))
+
+    async def _transcribe(f: dict[str, str], fields: list[tuple[str, str]],
+                          data: bytes | None) -> Response:  # fmt: skip
+        names = {k for k, _ in fields} | ({"file"} if data is not None else set())
+        if unexpected := names - TRANSFORMERS_FORM:
+            return _unexpected(unexpected)
+        if data is None:
+            return replay(TRANSFORMERS, "no_file")
+        if "model" not in f:
+            return replay(TRANSFORMERS, "no_model")
+        if f["model"] != model:
+            return replay(TRANSFORMERS, "unknown_model")  # fetched from the hub: offline
+        if not data:
+            return replay(TRANSFORMERS, "empty_file")
+        if data[4:8] == b"ftyp":
+            return replay(TRANSFORMERS, "m4a")
+        if not decodable(data):
             return replay(TRANSFORMERS, "corrupt_audio")
-        if dict(fields).get("stream", "false").lower() in ("true", "1"):
-            _, ctype, body = recording(TRANSFORMERS, "stream")
-
-            async def gen() -> AsyncIterator[bytes]:
-                for e in body.split("\n\n"):
-                    if e:
-                        yield (e + "\n\n").encode()
-                        await asyncio.sleep(b.chunk_delay)
-
-            return StreamingResponse(gen(), headers={"content-type": ctype})
+        if family != "whisper":
+            return replay(TRANSFORMERS, "audio_lm_transcription")
+        if f.get("stream", "false").lower() == "true":
+            return _stream("stream", "")
         return replay(TRANSFORMERS, "json")
+
+    def _stream(name: str, served: str) -> StreamingResponse:
+        _, ctype, body = recording(TRANSFORMERS, name)
+        events = [e + "\n\n" for e in body.replace("<checkpoint>", served).split("\n\n") if e]
+
+        async def gen() -> AsyncIterator[bytes]:
+            for i, e in enumerate(events):
+                if i == b.fail_stream_after:
+                    yield TRANSFORMERS_STREAM_ERROR.encode()
+                    return
+                yield e.encode()
+                await asyncio.sleep(b.chunk_delay)
+
+        return StreamingResponse(gen(), headers={"content-type": ctype})
+
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        b.seen.append(Seen([], 0, "", dict(request.headers), request.url.path, body))
+        return await tracked(request, lambda: _chat(body))
+
+    async def _chat(body: dict[str, Any]) -> Response:
+        if unexpected := set(body) - TRANSFORMERS_CHAT:
+            return _unexpected(unexpected)
+        requested = body.get("model")
+        if requested is not None and requested != model:
+            return replay(TRANSFORMERS, "chat_other_model", **{"<checkpoint>": model,
+                          "'whisper-1'": f"'{requested}'"})  # fmt: skip
+        if family == "whisper":
+            return replay(TRANSFORMERS, "whisper_chat")
+        for message in body["messages"]:
+            content = message.get("content")
+            for part in content if isinstance(content, list) else []:
+                if part["type"] == "input_audio":
+                    audio = part["input_audio"]
+                    data = base64.b64decode(audio["data"])
+                    if audio.get("format") in TORCHCODEC_ONLY or not decodable(data):
+                        return replay(TRANSFORMERS, "corrupt_audio")
+        if body.get("stream"):
+            return _stream("cb_audio_lm_chat_stream", model)
+        return replay(TRANSFORMERS, "cb_audio_lm_chat_audio", **{"<checkpoint>": model})
 
     async def health(request: Request) -> Response:
         return replay(TRANSFORMERS, "health")
 
     return Starlette(routes=[Route("/v1/audio/transcriptions", transcribe, methods=["POST"]),
+                             Route("/v1/chat/completions", chat, methods=["POST"]),
                              Route("/health", health)])  # fmt: skip
 
 

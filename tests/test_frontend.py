@@ -640,14 +640,18 @@ def transformers_worker() -> Iterator[tuple[Running, Behaviour]]:
 
 @pytest.fixture
 def transformers_frontend(transformers_worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
+    seq = pool(
+        "seq", [transformers_worker[0].url], engine=Engine.TRANSFORMERS, mode=Mode.SEQUENTIAL
+    )
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[
-        pool("seq", [transformers_worker[0].url], engine=Engine.TRANSFORMERS, mode=Mode.SEQUENTIAL)])  # fmt: skip
+        seq.model_copy(update={"worker_model": TRANSFORMERS_MODEL})])  # fmt: skip
     fe = Frontend(table)
     yield fe
     fe.running.stop()
 
 
 TRANSFORMERS_TEXT = json.loads(recording(TRANSFORMERS, "json")[2])["text"]
+TRANSFORMERS_MODEL = "/models/whisper-tiny.en"  # the stand-in's (transformers_app's default)
 
 
 def test_transformers_json_and_text_from_its_bare_text_answer(
@@ -656,7 +660,8 @@ def test_transformers_json_and_text_from_its_bare_text_answer(
     fe = transformers_frontend
     r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
     assert r.text == TRANSFORMERS_TEXT
-    assert dict(transformers_worker[1].seen[-1].fields)["model"] == PRIMARY
+    # Not the client's name, nor the primary: the name the worker loaded (it has no aliases).
+    assert dict(transformers_worker[1].seen[-1].fields)["model"] == TRANSFORMERS_MODEL
     text = fe.post({"model": "whisper-1", "response_format": "text"})
     assert text.headers["content-type"] == "text/plain; charset=utf-8"
     assert text.text == TRANSFORMERS_TEXT.strip() + "\n"

@@ -2,10 +2,12 @@
 
 Two generators: schemathesis, from the gateway's own OpenAPI document, and hypothesis
 building hostile multipart bodies by hand (odd field names and values, binary junk,
-broken framing, wrong content types)."""
+broken framing, wrong content types) and hostile chat bodies (any JSON, near-valid
+messages, URLs and paths where audio belongs)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,6 +111,36 @@ def test_hostile_multipart_bodies_never_cause_a_500(
     if r.status_code != 200:
         err = r.json()["error"]
         assert err["message"] and err["type"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)  # fmt: skip
+part = st.fixed_dictionaries({"type": st.sampled_from(["text", "input_audio", "audio_url", "image_url", "x"])},
+                             optional={"text": json_values, "input_audio": st.fixed_dictionaries(
+                                 {}, optional={"data": st.sampled_from(["UklGRg==", "", "http://x", "//uQ///proc/self/environ"]) | st.text(max_size=30),
+                                               "format": st.sampled_from(["wav", "m4a", "w,a"]) | json_values}),
+                                       "audio_url": json_values})  # fmt: skip
+message = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]) | json_values},
+                                optional={"content": st.text(max_size=20) | st.lists(part, max_size=3) | json_values,
+                                          "tool_calls": json_values, "tool_call_id": json_values})  # fmt: skip
+chat_body = st.fixed_dictionaries({}, optional={
+    "model": st.sampled_from(NAMES) | json_values, "messages": st.lists(message, max_size=3) | json_values,
+    "stream": json_values, "max_tokens": json_values, "temperature": json_values, "n": json_values,
+}) | json_values  # fmt: skip
+
+
+@given(body=chat_body, raw=st.none() | st.binary(max_size=200))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_hostile_chat_bodies_never_cause_a_500(gateway: str, body: Any, raw: bytes | None) -> None:
+    content = raw if raw is not None else json.dumps(body).encode()
+    r = httpx.post(f"{gateway}/v1/chat/completions", content=content,
+                   headers={"content-type": "application/json"}, timeout=30)  # fmt: skip
+    assert r.status_code < 500, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["type"]
 
 
 def test_still_serving_after_fuzzing(gateway: str) -> None:

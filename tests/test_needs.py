@@ -1,14 +1,16 @@
 """The operator's split and the frontend's routing agree on what a deployment serves.
 
-A property over every combination of declared traffic, pools and request options: the
-operator's plan covers a request exactly when the frontend, reading the route table the
-operator writes, routes that request to a pool; and every request the declared traffic
-allows is covered unless the resource says it is not (`uncovered`, the Degraded condition).
+A property over every combination of model family, declared traffic, pools and request
+options (audio forms and chat bodies, parsed by the frontend's own parsers): the operator's
+plan covers a request exactly when the frontend, reading the route table the operator
+writes, routes that request to a pool; and every request the declared traffic allows is
+covered unless the resource says it is not (`uncovered`, the Degraded condition).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,19 +18,22 @@ import pytest
 
 from tests.conftest import make_td
 from transcription_api.capabilities import (
-    CAPABILITIES,
+    FAMILY_CAPABILITIES,
     Capability,
-    Engine,
+    ModelFamily,
+    family_engines,
     request_needs,
 )
+from transcription_api.chat import parse_chat
 from transcription_api.openai import Granularity, ResponseFormat
 from transcription_api.params import parse_request
 from transcription_api.routes import RouteTable
+from transcription_api.v1alpha1 import spec_problems
 from transcription_frontend.routing import Router
 from transcription_operator.children import route_table
 from transcription_operator.plan import plan
 
-ENDPOINTS = ["transcriptions", "translations"]
+ENDPOINTS = ["transcriptions", "translations", "chat"]
 FEATURES = ["stream", "segment_timestamps", "word_timestamps", "language_detection"]
 
 
@@ -37,10 +42,13 @@ def subsets(items: list[str], min_size: int = 0) -> Iterator[list[str]]:
         yield from (list(c) for c in itertools.combinations(items, n))
 
 
-def pool_shapes() -> Iterator[list[dict[str, Any]]]:
-    """No declared pools, one pool of each (engine, mode), and two pools of different engines."""
+def pool_shapes(family: ModelFamily) -> Iterator[list[dict[str, Any]]]:
+    """No declared pools, one pool of each (engine, mode) that serves the family, and two
+    pools of different engines."""
     yield []
-    singles = [{"name": "p", "engine": e.value, "mode": m.value} for e, m in CAPABILITIES]
+    singles = [
+        {"name": "p", "engine": e.value, "mode": m.value} for e, m in FAMILY_CAPABILITIES[family]
+    ]
     yield from ([p] for p in singles)
     for a, b in itertools.combinations(singles, 2):
         if a["engine"] != b["engine"]:
@@ -62,30 +70,48 @@ def requests() -> Iterator[tuple[Capability, list[tuple[str, str]]]]:
         yield endpoint, fields
 
 
+def chat_requests() -> Iterator[bytes]:
+    """Chat bodies: text or audio input, streamed or not."""
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    for stream, content in itertools.product([False, True], ["hi", [audio]]):
+        yield json.dumps({"model": "m", "stream": stream,
+                          "messages": [{"role": "user", "content": content}]}).encode()  # fmt: skip
+
+
 REQUESTS = [
     (endpoint, request_needs(endpoint, stream=r.stream, response_format=r.response_format,
                              granularities=r.timestamp_granularities))
     for endpoint, fields in requests()
     for r in [parse_request(fields)]
+] + [
+    (Capability.CHAT, request_needs(Capability.CHAT, stream=r.stream))
+    for body in chat_requests()
+    for r, _ in [parse_chat(body)]
 ]  # fmt: skip
 
 
 def specs() -> Iterator[dict[str, Any]]:
-    for engine, endpoints, features, pools, split in itertools.product(
-        list(Engine), list(subsets(ENDPOINTS, 1)), list(subsets(FEATURES)), list(pool_shapes()),
-        [True, False],
-    ):  # fmt: skip
-        if pools and not any(p["engine"] == engine.value for p in pools):
-            continue  # the resource's engine is one of its pools' (or the default pool's)
-        yield {"model": {"name": "m"}, "engine": engine.value, "pools": pools,
-               "traffic": {"endpoints": endpoints, "features": features},
-               "autoSplit": {"enabled": split}}  # fmt: skip
+    """Every spec admission lets through, per family and engine that serves it."""
+    for family in ModelFamily:
+        for engine, endpoints, features, pools, split in itertools.product(
+            family_engines(family), list(subsets(ENDPOINTS, 1)), list(subsets(FEATURES)),
+            list(pool_shapes(family)), [True, False],
+        ):  # fmt: skip
+            if pools and not any(p["engine"] == engine.value for p in pools):
+                continue  # the resource's engine is one of its pools' (or the default pool's)
+            yield {"model": {"name": "m", "family": family.value}, "engine": engine.value,
+                   "pools": pools, "traffic": {"endpoints": endpoints, "features": features},
+                   "autoSplit": {"enabled": split}}  # fmt: skip
 
 
 def test_operator_and_frontend_agree_on_every_request() -> None:
     checked = 0
+    families = set()
+    routed: dict[tuple[ModelFamily, Capability, bool], int] = {}
     for spec in specs():
         td = make_td(spec)
+        assert spec_problems(td.spec) == [], spec
+        families.add(td.spec.model.family)
         the_plan = plan(td.spec)
         # The frontend reads the route table the operator writes, as JSON.
         table = RouteTable.model_validate_json(route_table(td, the_plan).dumps())
@@ -95,6 +121,8 @@ def test_operator_and_frontend_agree_on_every_request() -> None:
             operator_covers = the_plan.serves(needs)
             frontend_routes = isinstance(router.candidates(needs, size=1024), list)
             assert operator_covers == frontend_routes, (spec, sorted(needs))
+            key = (td.spec.model.family, endpoint, frontend_routes)
+            routed[key] = routed.get(key, 0) + 1
             allowed = (
                 endpoint.value in spec["traffic"]["endpoints"] and needs - {endpoint} <= declared
             )
@@ -102,6 +130,18 @@ def test_operator_and_frontend_agree_on_every_request() -> None:
                 assert operator_covers, ("declared traffic not served", spec, sorted(needs))
             checked += 1
     assert checked > 10_000
+    assert families == set(ModelFamily)
+    # Whisper deployments serve and refuse audio requests (by their pools and options) and
+    # never chat; audio LM deployments always chat (every engine and mode that runs them
+    # does, streams included) and never transcribe.
+    audio_lm, whisper = ModelFamily.AUDIO_LM, ModelFamily.WHISPER
+    assert {k for k, n in routed.items() if n} == {
+        (audio_lm, Capability.CHAT, True),
+        (audio_lm, Capability.TRANSCRIPTIONS, False), (audio_lm, Capability.TRANSLATIONS, False),
+        (whisper, Capability.CHAT, False),
+        (whisper, Capability.TRANSCRIPTIONS, True), (whisper, Capability.TRANSCRIPTIONS, False),
+        (whisper, Capability.TRANSLATIONS, True), (whisper, Capability.TRANSLATIONS, False),
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,12 @@ class CapabilitySet(BaseModel):
         description="Longest audio transcribed whole; the engine silently drops the rest of "
         "longer audio (None: no limit).",
     )
+    audio_formats: frozenset[str] | None = Field(
+        default=None,
+        description="Audio containers the engine decodes, by the names the frontend sniffs "
+        "(wav, flac, mp3, ogg, aiff, au, caf, mp4, webm, aac, wma, amr); the frontend sends "
+        "other files to another pool or refuses them (None: whatever ffmpeg reads).",
+    )
     native_formats: frozenset[str] = Field(
         description="response_format values the engine renders itself; the frontend renders "
         "the others (text from the transcript, srt/vtt/json from segments)."
@@ -108,11 +114,16 @@ _VLLM = frozenset(
     {C.TRANSCRIPTIONS, C.TRANSLATIONS, C.STREAM, C.SEGMENT_TIMESTAMPS, C.LANGUAGE_DETECTION}
 )
 
+# `transformers serve` decodes audio with soundfile (libsndfile) when torchcodec is not
+# installed, as in our image: MP4/M4A, WebM, AAC and WMA get a bare 500 (`m4a`; the real
+# suite's test_containers checks every one).
+_SOUNDFILE_FORMATS = frozenset({"wav", "flac", "mp3", "ogg", "aiff", "au", "caf"})
 _TRANSFORMERS_WHISPER = CapabilitySet(
     capabilities=frozenset({C.TRANSCRIPTIONS, C.STREAM}),
     max_concurrency=1,
     scale_target=2,
     max_audio_seconds=30,
+    audio_formats=_SOUNDFILE_FORMATS,
     native_formats=frozenset({"json"}),
     stream_dialect="raw-text",
 )
@@ -174,6 +185,7 @@ _TRANSFORMERS_AUDIO_LM = CapabilitySet(
     capabilities=frozenset({C.CHAT, C.STREAM}),
     max_concurrency=1,
     scale_target=2,
+    audio_formats=_SOUNDFILE_FORMATS,
     native_formats=frozenset(),
 )
 FAMILY_CAPABILITIES: dict[ModelFamily, dict[tuple[Engine, Mode], CapabilitySet]] = {

@@ -8,6 +8,8 @@ the OpenAI SDK raises as `APIError`. Engines say the same in their own shapes, w
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,21 +41,25 @@ async def payloads(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
             ]
             if data:
                 yield b"\n".join(data).decode("utf-8", "replace")
-    if buffer.strip().startswith(b"data:"):
-        yield buffer.strip()[5:].removeprefix(b" ").decode("utf-8", "replace")
+    tail = buffer.rstrip(b"\r\n").lstrip()
+    if tail.startswith(b"data:"):
+        yield tail[5:].removeprefix(b" ").decode("utf-8", "replace")
 
 
 def error_in(payload: Any) -> ErrorDetail | None:
     """The error a stream event reports, in any shape engines send one, else None.
 
-    `{"type": "error", "error": {...}}` (ours), `{"error": {...}}` (vLLM's error response)
-    and `{"object": "error", "message": ...}` (vLLM's older one).
+    `{"type": "error", "error": {...}}` (ours), `{"error": {...}}` (vLLM's error response),
+    `{"object": "error", "message": ...}` (vLLM's older one) and `{"error": "<message>"}`
+    (transformers serve's).
     """
     if not isinstance(payload, dict):
         return None
     err = payload.get("error")
     if isinstance(err, dict):
         source = err
+    elif isinstance(err, str) and err:
+        source = {"message": err}  # transformers serve's `{"error": "<message>"}`
     elif payload.get("object") == "error" or payload.get("type") == "error":
         source = payload
     else:
@@ -66,3 +72,20 @@ def error_in(payload: Any) -> ErrorDetail | None:
         param=source.get("param") if isinstance(source.get("param"), str) else None,
         code=code if isinstance(code, str | int) else None,
     )
+
+
+_BARE_ERROR = re.compile(r'\{\s*"error"\s*:\s*"(.*)"\s*\}', re.S)
+
+
+def engine_error(payload: str) -> ErrorDetail | None:
+    """The error one event's payload reports, else None; for streams whose other events are
+    not JSON too (transformers serve's bare-text deltas). transformers writes its error
+    event as `{"error": "<message>"}` without escaping the message, so it need not parse."""
+    text = payload.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        return error_in(json.loads(text))
+    except ValueError:
+        m = _BARE_ERROR.fullmatch(text)
+        return ErrorDetail(message=m.group(1), type="server_error") if m else None

@@ -1,17 +1,58 @@
-"""Per-engine requests: what to ask each engine for, and the client's fields rewritten for it.
+"""Per-engine requests: which pools' engines can take a request, and the request rewritten
+for each.
 
 vLLM renders no `srt`/`vtt` and answers `text` with JSON; `transformers serve` only ever
 returns `{"text"}`. Such engines are asked for what they render (`verbose_json` for
-segments, `json` otherwise) and the gateway renders the rest. Every other field the client
-sent reaches the engine as sent.
+segments, `json` otherwise) and the gateway renders the rest.
+
+`model` becomes the name the pool's workers answer to: the pool's `worker_model` where the
+engine has no aliases (`transformers serve` would try to download any other name from the
+hub), else the primary model. Every other field the client sent reaches the engine as sent,
+except where an engine refuses fields: `transformers serve` answers any field outside its
+list with a 422. A pool whose engine cannot take a request -- such a field, a container it
+cannot decode, audio longer than it transcribes -- is passed over for the next pool that
+covers the request; when none is left, the client gets a 400 that says why.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from transcription_api.capabilities import Engine
+from transcription_api.errors import APIError, bad_request
 from transcription_api.openai import ResponseFormat, TranscriptionRequest
 from transcription_api.params import field
 from transcription_api.render import SEGMENT_FORMATS
 from transcription_api.routes import PoolRoute
+
+from .sniff import AudioInfo
+
+# The form fields `transformers serve` 5.24 accepts on /v1/audio/transcriptions (OpenAI's
+# TranscriptionCreateParams, read by its own validator; it acts on file, model and stream
+# only). Array fields go without the SDK's `[]` (it answers 422 to `include[]`).
+TRANSCRIPTION_FIELDS: dict[Engine, frozenset[str]] = {
+    Engine.TRANSFORMERS: frozenset({
+        "model", "stream", "language", "prompt", "response_format", "temperature",
+        "chunking_strategy", "include", "keywords", "known_speaker_names",
+        "known_speaker_references", "languages", "timestamp_granularities",
+    }),
+}  # fmt: skip
+# The JSON fields it accepts on /v1/chat/completions (OpenAI's CompletionCreateParams plus
+# generation_config, seed, chat_template_kwargs): any other gets a 422.
+CHAT_FIELDS: dict[Engine, frozenset[str]] = {
+    Engine.TRANSFORMERS: frozenset({
+        "audio", "chat_template_kwargs", "frequency_penalty", "function_call", "functions",
+        "generation_config", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens",
+        "messages", "metadata", "modalities", "model", "moderation", "n",
+        "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+        "prompt_cache_options", "prompt_cache_retention", "reasoning_effort",
+        "response_format", "safety_identifier", "seed", "service_tier", "stop", "store",
+        "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
+        "top_p", "user", "verbosity", "web_search_options",
+    }),
+}  # fmt: skip
 
 
 def engine_format(requested: ResponseFormat, native: frozenset[str]) -> ResponseFormat:
@@ -23,24 +64,148 @@ def engine_format(requested: ResponseFormat, native: frozenset[str]) -> Response
     return ResponseFormat.JSON
 
 
+def worker_model(pool: PoolRoute, primary: str) -> str:
+    """The `model` a pool's workers answer to."""
+    return pool.worker_model or primary
+
+
 def engine_fields(
     fields: list[tuple[str, str]], pool: PoolRoute, primary: str, request: TranscriptionRequest
 ) -> list[tuple[str, str]]:
     """The client's fields for this pool's engine: every one kept, a few rewritten."""
     caps = pool.capability_set
     fmt = engine_format(request.response_format, caps.native_formats)
+    strict = pool.engine in TRANSCRIPTION_FIELDS
     out: list[tuple[str, str]] = []
     for k, v in fields:
         if k == "model":
-            v = primary  # aliases resolve to the primary model
+            v = worker_model(pool, primary)
         elif k == "response_format":
             v = fmt.value
+        elif strict and k.endswith("[]"):
+            k = k[:-2]
         out.append((k, v))
     if field(fields, "model") is None:
-        out.append(("model", primary))
+        out.append(("model", worker_model(pool, primary)))
     if field(fields, "response_format") is None and fmt != ResponseFormat.JSON:
         out.append(("response_format", fmt.value))
     chunked = caps.stream_dialect == "openai-chunk"
     if request.stream and chunked and field(fields, "stream_include_usage") is None:
         out.append(("stream_include_usage", "true"))  # usage for transcript.text.done
     return out
+
+
+# --------------------------------------------------------------------------- pool choice
+
+Refusal = Callable[[PoolRoute], APIError | None]
+
+
+def able(pools: list[PoolRoute], refusal: Refusal) -> list[PoolRoute]:
+    """The pools whose engines can take the request, in order; the first pool's refusal
+    (the one the client would have been served by) when none can."""
+    kept: list[PoolRoute] = []
+    first: APIError | None = None
+    for pool in pools:
+        error = refusal(pool)
+        if error is None:
+            kept.append(pool)
+        elif first is None:
+            first = error
+    if not kept:
+        assert first is not None
+        raise first
+    return kept
+
+
+def _name(pool: PoolRoute) -> str:
+    return f"the {pool.engine.value} engine of pool {pool.name}"
+
+
+def unknown_fields(pool: PoolRoute, names: Sequence[str], accepted: frozenset[str]) -> APIError:
+    listed = ", ".join(f"`{n}`" for n in names)
+    return bad_request(
+        f"{_name(pool)} does not accept the field(s) {listed}; remove them (it accepts: "
+        f"{', '.join(sorted(accepted))})",
+        param=names[0],
+        code="unsupported_field",
+    )
+
+
+def audio_refusal(pool: PoolRoute, audio: AudioInfo, param: str = "file") -> APIError | None:
+    """Why a pool's engine cannot take this audio: its container, or its length."""
+    caps = pool.capability_set
+    if caps.audio_formats is not None and audio.container not in caps.audio_formats:
+        return bad_request(
+            f"the audio is {audio.description}, which {_name(pool)} cannot decode (it reads "
+            f"{', '.join(sorted(caps.audio_formats))}); convert it, e.g. "
+            "`ffmpeg -i in.m4a out.flac`",
+            param=param,
+            code="unsupported_audio_format",
+        )
+    limit = caps.max_audio_seconds
+    if limit is not None and audio.seconds is not None and audio.seconds > limit + 0.01:
+        return bad_request(
+            f"the audio is {audio.seconds:.1f} s long and {_name(pool)} transcribes at most "
+            f"{limit:g} s (it would silently drop the rest): split the audio into pieces of "
+            f"{limit:g} s or less",
+            param=param,
+            code="audio_too_long",
+        )
+    return None
+
+
+def transcription_refusal(fields: list[tuple[str, str]], audio: AudioInfo) -> Refusal:
+    def refusal(pool: PoolRoute) -> APIError | None:
+        accepted = TRANSCRIPTION_FIELDS.get(pool.engine)
+        if accepted is not None:
+            names = {k.removesuffix("[]") for k, _ in fields} - accepted
+            if names:
+                return unknown_fields(pool, sorted(names), accepted)
+        return audio_refusal(pool, audio)
+
+    return refusal
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def chat_refusal(body: dict[str, Any], audio: list[tuple[str, AudioInfo]]) -> Refusal:
+    def refusal(pool: PoolRoute) -> APIError | None:
+        accepted = CHAT_FIELDS.get(pool.engine)
+        if accepted is not None and (names := sorted(set(body) - accepted)):
+            return unknown_fields(pool, names, accepted)
+        if pool.engine == Engine.TRANSFORMERS and (error := _transformers_ignores(pool, body)):
+            return error
+        for param, info in audio:
+            if error := audio_refusal(pool, info, param):
+                return error
+        return None
+
+    return refusal
+
+
+def _transformers_ignores(pool: PoolRoute, body: dict[str, Any]) -> APIError | None:
+    """Fields `transformers serve` takes and ignores, refused where ignoring them would change
+    the answer the client asked for."""
+    fmt = body.get("response_format")
+    problems = [
+        ("n", body.get("n") not in (None, 1), "it returns one choice: n must be 1"),
+        ("logprobs", bool(body.get("logprobs")) or bool(body.get("top_logprobs")),
+         "it returns no log probabilities"),
+        ("response_format", isinstance(fmt, dict) and fmt.get("type") not in (None, "text"),
+         "it answers free text: no JSON mode or schema"),
+        ("modalities", "audio" in (body.get("modalities") or []) or bool(body.get("audio")),
+         "it answers text only, no audio"),
+    ]  # fmt: skip
+    for param, refused, why in problems:
+        if refused:
+            return bad_request(f"{_name(pool)} cannot honour `{param}`: {why}", param=param,
+                               code="unsupported_field")  # fmt: skip
+    return None
+
+
+def chat_body(body: dict[str, Any], pool: PoolRoute, primary: str) -> bytes:
+    """The client's JSON body for this pool's engine: `model` rewritten, nothing else."""
+    return json.dumps(
+        {**body, "model": worker_model(pool, primary)}, ensure_ascii=False, separators=(",", ":")
+    ).encode()

@@ -1,16 +1,17 @@
-"""Forwarding one request to a worker: the multipart body, retries, holds, and the answer.
+"""Forwarding one request to a worker: the body, retries, holds, and the answer.
 
-The body is re-framed, not re-encoded: each form field as the client sent it (with
-`model` and `response_format` rewritten for the engine), then the file streamed from the
-spool in 64 KiB pieces. `Forwarder.send` is an `async with`: leaving it releases the
-worker connection and the endpoint's in-flight count, however the block ends.
+An audio request's body is re-framed, not re-encoded: each form field as the client sent it
+(with `model` and `response_format` rewritten for the engine), then the file streamed from
+the spool in 64 KiB pieces (`MultipartBody`); a chat request's is its JSON (`JsonBody`).
+`Forwarder.send` is an `async with`: leaving it releases the worker connection and the
+endpoint's in-flight count, however the block ends.
 
-A transcription is safe to repeat, so until a byte has gone to the client a failed
-attempt is repeated elsewhere: an answer is only taken once its whole body (or, for a
-stream, its first piece) has arrived. A worker that cannot be reached, resets or closes
-the connection before that, or answers 503, is retried on another endpoint (another
-pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint is left
-to try -- a pool scaled to zero, its only worker restarting -- the request is held
+A transcription (or a chat completion) is safe to repeat, so until a byte has gone to the
+client a failed attempt is repeated elsewhere: an answer is only taken once its whole body
+(or, for a stream, its first piece) has arrived. A worker that cannot be reached, resets
+or closes the connection before that, or answers 503, is retried on another endpoint
+(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint
+is left to try -- a pool scaled to zero, its only worker restarting -- the request is held
 (`hold.py`) until discovery brings one. A request served by a fallback pool because the
 pool it prefers had no ready worker counts as that pool's demand while it runs
 (`Router.spill`), so that the preferred pool scales up from zero. Every read from a
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
@@ -36,7 +38,7 @@ from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute
 
 from . import metrics
-from .hold import Holds
+from .hold import Holdable, Holds
 from .routing import Router
 
 MAX_ATTEMPTS = 3
@@ -108,6 +110,39 @@ class MultipartBody:
         yield self.tail
 
 
+class JsonBody:
+    """A JSON request body, already encoded."""
+
+    content_type = "application/json"
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def payload(self) -> bytes:
+        return self.data
+
+    @property
+    def size(self) -> int:  # held (hold.py) as it is, in memory
+        return len(self.data)
+
+    def to_disk(self) -> None:
+        pass
+
+
+class Body(Protocol):
+    """What is sent to a worker: made afresh for each attempt."""
+
+    @property
+    def content_type(self) -> str: ...
+
+    def __len__(self) -> int: ...
+
+    def payload(self) -> bytes | AsyncIterator[bytes]: ...
+
+
 @dataclass
 class WorkerAnswer:
     """A worker's answer that has arrived: its whole body, or a stream's first piece (the
@@ -170,7 +205,7 @@ def worker_timed_out(pool: PoolRoute, url: str) -> APIError:
     )
 
 
-FieldsFor = Callable[[PoolRoute], list[tuple[str, str]]]
+BodyFor = Callable[[PoolRoute], Body]
 
 
 class Forwarder:
@@ -181,13 +216,14 @@ class Forwarder:
 
     @asynccontextmanager
     async def send(
-        self, pools: list[PoolRoute], path: str, fields_for: FieldsFor, upload: Upload,
+        self, pools: list[PoolRoute], path: str, body_for: BodyFor, held: Holdable,
         request_id: str, stream: bool = False,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
-        failure, holding while there is none), for as long as the block runs;
-        `fields_for(pool)` are the form fields for that pool's engine."""
-        answer = await self._send(pools, path, fields_for, upload, request_id, stream)
+        failure, holding `held` -- the upload, or the request's body -- while there is
+        none), for as long as the block runs; `body_for(pool)` is the body for that pool's
+        engine."""
+        answer = await self._send(pools, path, body_for, held, request_id, stream)
         try:
             yield answer
         finally:
@@ -206,7 +242,7 @@ class Forwarder:
         return None
 
     async def _send(
-        self, pools: list[PoolRoute], path: str, fields_for: FieldsFor, upload: Upload,
+        self, pools: list[PoolRoute], path: str, body_for: BodyFor, held: Holdable,
         request_id: str, stream: bool,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
@@ -221,7 +257,7 @@ class Forwarder:
                     break
                 # No endpoint left to try: hold until discovery changes one of the pools.
                 deadline = deadline or self.holds.deadline()
-                await self.holds.wait(pools, upload, deadline)
+                await self.holds.wait(pools, held, deadline)
                 tried.clear()
                 continue
             pool, url = choice
@@ -230,8 +266,8 @@ class Forwarder:
                 metrics.RETRIES.labels(pool=pool.name).inc()
             attempts += 1
             try:
-                answer = await self._attempt(pool, url, path, fields_for(pool), upload,
-                                             request_id, stream, pools[0].name)  # fmt: skip
+                answer = await self._attempt(pool, url, path, body_for(pool), request_id,
+                                             stream, pools[0].name)  # fmt: skip
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
             except CONNECT_ERRORS as e:
@@ -253,14 +289,13 @@ class Forwarder:
         raise unavailable(f"no worker could take the request (pools: {names}): {last_error}")
 
     async def _attempt(
-        self, pool: PoolRoute, url: str, path: str, fields: list[tuple[str, str]],
-        upload: Upload, request_id: str, stream: bool, preferred: str,
+        self, pool: PoolRoute, url: str, path: str, body: Body, request_id: str, stream: bool,
+        preferred: str,
     ) -> WorkerAnswer | None:  # fmt: skip
         """One try: the answer, once what must arrive before the client sees a byte has
         arrived; None for a 503. The endpoint counts the request in flight meanwhile, and
         after, unless it failed; so does the `preferred` pool's spill count, when the
         request is at a fallback pool because the preferred one has no ready worker."""
-        body = MultipartBody(fields, upload)
         headers = {
             "content-type": body.content_type,
             "content-length": str(len(body)),

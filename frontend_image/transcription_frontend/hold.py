@@ -4,6 +4,7 @@ Kubernetes Services do not buffer while no pod is ready, so the gateway does: a 
 whose pools have no endpoint it may try waits here until discovery (or the end of an
 ejection) changes one of those pools, then goes on to a worker. The upload is already
 spooled by the multipart parser; a held one is moved to disk, so holding costs no memory.
+A chat request's JSON body (at most the upload limit) stays in memory while held.
 
 Holding is bounded, and past a bound the request gets 503 with `Retry-After`, in OpenAI's
 shape, with a message naming the bound:
@@ -24,9 +25,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from transcription_api.errors import APIError, unavailable
-from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute
 
 from . import metrics
@@ -34,6 +35,15 @@ from .routing import Router
 
 RETRY_AFTER = 5
 SHUTTING_DOWN = "shutdown"
+
+
+class Holdable(Protocol):
+    """What a held request keeps: an upload (`multipart.Upload`) or a JSON body."""
+
+    @property
+    def size(self) -> int: ...
+
+    def to_disk(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,7 @@ class Holds:
         """The loop time by which a request whose first hold starts now must be forwarded."""
         return asyncio.get_running_loop().time() + self.limits.timeout
 
-    async def wait(self, pools: list[PoolRoute], upload: Upload, deadline: float) -> None:
+    async def wait(self, pools: list[PoolRoute], upload: Holdable, deadline: float) -> None:
         """Wait until one of `pools` may have an endpoint to try; 503 past a bound."""
         loop = asyncio.get_running_loop()
         pool = pools[0].name

@@ -1,4 +1,5 @@
-"""The audio endpoints in the OpenAPI document, their form derived from the request model."""
+"""The endpoints served ahead of FastAPI in the OpenAPI document: the audio endpoints, their
+form derived from the request model, and chat completions, from its JSON model."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from transcription_api.chat import ChatCompletionRequest
 from transcription_api.openai import TranscriptionRequest
 
 AUDIO_ROUTES = {
@@ -20,6 +22,11 @@ RESPONSES = {
     "413": {"description": "Upload over the limit."},
     "502": {"description": "A worker failed."},
     "503": {"description": "No ready worker."},
+}
+CHAT_RESPONSES = {
+    **RESPONSES,
+    "200": {"description": "The completion (JSON), or server-sent chunks with `stream`."},
+    "413": {"description": "JSON body over the upload limit."},
 }
 
 
@@ -63,6 +70,18 @@ def document_audio_routes(app: FastAPI) -> None:
             for path, summary in AUDIO_ROUTES.items():
                 operation = {"summary": summary, "requestBody": body, "responses": RESPONSES}
                 schema.setdefault("paths", {})[path] = {"post": operation}
+            chat = ChatCompletionRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(chat.pop("$defs", {}))
+            components["ChatCompletionRequest"] = chat
+            ref = {"$ref": "#/components/schemas/ChatCompletionRequest"}
+            schema["paths"]["/v1/chat/completions"] = {"post": {
+                "summary": "Chat with an audio language model (audio input inline, base64)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}},
+                "responses": CHAT_RESPONSES,
+            }}  # fmt: skip
             app.openapi_schema = schema
         return app.openapi_schema
 

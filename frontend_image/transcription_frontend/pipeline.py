@@ -4,21 +4,24 @@
   2. upload     the multipart body, streamed and spooled, within the limit (multipart)
   3. request    the form's options, validated into one typed model        (params)
   4. model      the name or alias, resolved to the primary model
-  5. audio      an empty or non-audio file is refused here                (sniff.py)
+  5. audio      an empty or non-audio file is refused here; its container (sniff.py)
+                and duration are read from its header
   6. needs      what the request needs from a pool                        (capabilities)
-  7. pools      the pools that cover the needs, continuous first          (routing.py)
+  7. pools      the pools that cover the needs, continuous first,         (routing.py)
+                whose engines take its fields, container and duration     (engines.py)
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
                 while its pools have none (scale from zero)                 hold.py)
   9. respond    the answer rendered or streamed to the client             (respond.py)
 
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
 response has been sent, and inside a watch that cancels both if the client disconnects.
-One `Observation` records the request's metrics once, when it has ended.
+One `Observation` records the request's metrics once, when it has ended (`run`, which the
+chat endpoint's pipeline, `chat.py`, runs in too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import closing
 
 from starlette.requests import Request
@@ -31,8 +34,9 @@ from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
 from .disconnect import cancel_on_disconnect
-from .engines import engine_fields
+from .engines import able, engine_fields, transcription_refusal
 from .errors import internal_error
+from .forward import MultipartBody
 from .gateway import Gateway
 from .metrics import Observation
 from .request_id import request_id
@@ -45,7 +49,18 @@ from .streams import Translation
 async def transcribe(
     gw: Gateway, endpoint: Capability, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    obs = Observation(endpoint.value)
+    await run(endpoint.value, send, lambda send_, answered, obs: _pipeline(
+        gw, endpoint, scope, receive, send_, answered, obs))  # fmt: skip
+
+
+# A pipeline, given the tracked `send`, whether the response has been sent whole, and the
+# request's Observation.
+Work = Callable[[Send, Callable[[], bool], Observation], Awaitable[None]]
+
+
+async def run(endpoint: str, send: Send, work: Work) -> None:
+    """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics."""
+    obs = Observation(endpoint)
     started = answered = False
 
     async def send_tracked(message: Message) -> None:
@@ -56,7 +71,7 @@ async def transcribe(
 
     try:
         try:
-            await _pipeline(gw, endpoint, scope, receive, send_tracked, lambda: answered, obs)
+            await work(send_tracked, lambda: answered, obs)
         except APIError as e:
             error = e
         except Exception as e:
@@ -86,7 +101,7 @@ async def _pipeline(
         obs.upload(upload.size)
         request = parse_request(upload.fields)
         obs.model = primary = resolve_model(table, request.model)
-        check_audio(upload)
+        audio = check_audio(upload)
         needs = request_needs(
             endpoint,
             stream=request.stream,
@@ -94,15 +109,16 @@ async def _pipeline(
             granularities=request.timestamp_granularities,
         )
         pools = choose_pools(gw.router, needs, upload.size)
+        pools = able(pools, transcription_refusal(upload.fields, audio))
 
-        def fields_for(pool: PoolRoute) -> list[tuple[str, str]]:
-            return engine_fields(upload.fields, pool, primary, request)
+        def body_for(pool: PoolRoute) -> MultipartBody:
+            return MultipartBody(engine_fields(upload.fields, pool, primary, request), upload)
 
         path = f"/v1/audio/{endpoint.value}"
         async with (
             cancel_on_disconnect(receive, answered),
             gw.forwarder.send(
-                pools, path, fields_for, upload, request_id(scope), stream=request.stream
+                pools, path, body_for, upload, request_id(scope), stream=request.stream
             ) as answer,
         ):
             obs.pool = answer.pool.name

@@ -102,4 +102,6 @@ async def worker_error(answer: WorkerAnswer) -> APIError:
         return worker_failed(answer.pool, f"{status}: {text}")
     if status == 400 and type_ == "BadRequestError" and "Maximum file size" in message:
         return APIError(413, message, param="file")  # vLLM's 400 for its 25 MB cap
+    if status == 422:
+        status = 400  # FastAPI's status for invalid input (transformers serve); OpenAI's is 400
     return APIError(status, message, param=param, code=code)

@@ -63,6 +63,9 @@ class Translation:
                 finished = True
                 break
             if raw_text:
+                if (err := sse.engine_error(payload)) is not None:
+                    self.error = worker_failed(self.pool, f"mid-stream: {err.message}")
+                    return
                 delta = payload
             else:
                 try:

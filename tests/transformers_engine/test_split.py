@@ -91,26 +91,28 @@ def deployment(
     d = tmp_path_factory.mktemp("split")
     procs: list[subprocess.Popen[bytes]] = []
     urls = {}
-    for pool in the_plan.pools:
-        settings = worker_settings(td, pool).model_copy(update={"port": free_port()})
-        if pool.engine == Engine.TRANSFORMERS:
-            s = launch(settings, checkpoints, d / f"{pool.name}.log")
-            procs.append(s.proc)
-        else:
-            ct2 = d / "ct2"
-            ct2.mkdir()
-            (ct2 / WHISPER).symlink_to(default_source())
-            procs.append(start([str(BIN / "transcription-worker")], d / f"{pool.name}.log",
-                               f"http://127.0.0.1:{settings.port}/health", cwd=ct2,
-                               env={SETTINGS_ENV: settings.to_env()}))  # fmt: skip
-        urls[pool.name] = f"http://127.0.0.1:{settings.port}"
-    url, fe = frontend(with_endpoints(table, urls), d)
-    procs.append(fe)
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
-    yield td, table, client, url
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=30)
+    try:  # what started is stopped, also when a later process fails to start
+        for pool in the_plan.pools:
+            settings = worker_settings(td, pool).model_copy(update={"port": free_port()})
+            if pool.engine == Engine.TRANSFORMERS:
+                s = launch(settings, checkpoints, d / f"{pool.name}.log")
+                procs.append(s.proc)
+            else:
+                ct2 = d / "ct2"
+                ct2.mkdir()
+                (ct2 / WHISPER).symlink_to(default_source())
+                procs.append(start([str(BIN / "transcription-worker")], d / f"{pool.name}.log",
+                                   f"http://127.0.0.1:{settings.port}/health", cwd=ct2,
+                                   env={SETTINGS_ENV: settings.to_env()}))  # fmt: skip
+            urls[pool.name] = f"http://127.0.0.1:{settings.port}"
+        url, fe = frontend(with_endpoints(table, urls), d)
+        procs.append(fe)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=120)
+        yield td, table, client, url
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +185,6 @@ def test_a_bare_500_becomes_an_openai_error_and_serving_goes_on(
         model="whisper-1", file=("a.wav", wav)).text) == 0  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the frontend does not yet replace `model` with PoolRoute.worker_model: the lead "
-    "wires it after the gateway refactor (issue 13); then remove this mark",
-)
 def test_frontend_sends_the_worker_model_of_a_baked_in_checkpoint(
     checkpoints: Path, tmp_path: Path, wav: bytes
 ) -> None:
