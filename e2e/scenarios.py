@@ -61,6 +61,7 @@ class Scaling:
     system_namespace: str
     audio: bytes
     sentence: str
+    release: str  # the chart's: 2 operator replicas, one leading (a Lease)
 
     @property
     def url(self) -> str:
@@ -95,15 +96,23 @@ class Scaling:
     def apply(self, doc: dict[str, Any]) -> None:
         self.kubectl.apply(doc, self.namespace)
 
+    def leader(self) -> str:
+        """The operator pod the Lease names ('' while nobody holds it)."""
+        out = self.kubectl.run("get", "lease", f"{self.release}-transcription-operator",
+                               "-n", self.system_namespace, "-o", "json", check=False)  # fmt: skip
+        if out.returncode:
+            return ""
+        return str(json.loads(out.stdout)["spec"].get("holderIdentity") or "")
+
 
 @contextmanager
 def stack(kubectl: Kubectl, cluster: Path, audio: bytes, sentence: str) -> Iterator[Scaling]:
     ns = create_namespace(kubectl, "s", simulated=False)
     kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, _):
+    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, release):
         kubectl.apply(resource(), ns)
         try:
-            yield Scaling(kubectl, ns, system_ns, audio, sentence)
+            yield Scaling(kubectl, ns, system_ns, audio, sentence, release)
         finally:
             kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
             kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
@@ -234,9 +243,36 @@ def api_server_restarted(s: Scaling) -> Result:
     return result
 
 
+def operator_leader_killed(s: Scaling) -> Result:
+    """SIGKILL the leading operator replica as a pool rollout starts: the standby takes the
+    Lease once it expires (15 s) and finishes the rollout, with no duplicate children."""
+    notes: dict[str, Any] = {}
+
+    def act() -> float:
+        leader = s.leader()
+        pod = s.kubectl.json("get", "pod", leader, "-n", s.system_namespace)
+        old = {p["metadata"]["name"] for p in s.pods("worker")}
+        start = time.monotonic()
+        s.apply(resource(env=[{"name": "ROLLOUT", "value": str(time.time())}]))
+        os.kill(container_pid(pod), signal.SIGKILL)
+        wait_for(lambda: s.leader() not in ("", leader), timeout=60, interval=0.5,
+                 what="the standby to take the Lease")  # fmt: skip
+        notes["takeover_s"] = round(time.monotonic() - start, 1)
+        wait_for(
+            lambda: not ({p["metadata"]["name"] for p in s.pods("worker")} & old)
+            and s.replicas()[1] >= 1 and s.replicas()[0] == s.replicas()[1],
+            timeout=300, interval=1, what="the rollout finished by the new leader",
+        )  # fmt: skip
+        return time.monotonic() - start
+
+    result = _during(s, "operator leader killed mid-rollout", 3, act)
+    result.notes.update(notes)
+    return result
+
+
 EVENTS: list[Callable[[Scaling], Result]] = [
     cold_start, ramp_up, scale_down, pool_rollout, frontend_rollout, worker_killed,
-    frontend_deleted, api_server_restarted,
+    frontend_deleted, operator_leader_killed, api_server_restarted,
 ]  # fmt: skip
 
 

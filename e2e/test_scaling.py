@@ -1,7 +1,8 @@
 """Scale with demand and survive faults, on the real node, under real load: each event of
 e2e/scenarios.py keeps its invariant. No request fails: not during a scale from zero,
 scale-up or scale-down, not during a rollout of the pool or of the frontend, not when a
-worker is SIGKILLed, a frontend pod deleted or the API server restarted. (`python -m bench
+worker is SIGKILLed, a frontend pod deleted, the operator's leader killed or the API
+server restarted. (`python -m bench
 scale` runs the same events and reports their numbers.)"""
 
 from __future__ import annotations
@@ -70,3 +71,17 @@ def test_a_deleted_frontend_pod_fails_nothing(scaling: Scaling) -> None:
 
 def test_an_api_server_restart_fails_nothing_and_watches_resume(scaling: Scaling) -> None:
     no_failures(scenarios.api_server_restarted(scaling))
+
+
+def test_a_killed_operator_leader_is_replaced_and_the_rollout_completes(scaling: Scaling) -> None:
+    result = scenarios.operator_leader_killed(scaling)
+    no_failures(result)
+    assert result.notes["takeover_s"] <= 15 + 10  # the lease, plus a retry and some slack
+    # No duplicates: each child once, one ReplicaSet per Deployment revision still wanted.
+    deps = scaling.kubectl.json("get", "deployments", "-n", scaling.namespace)["items"]
+    assert sorted(d["metadata"]["name"] for d in deps) == [
+        "whisper-cpu-cpu",
+        "whisper-cpu-frontend",
+    ]
+    sos = scaling.kubectl.json("get", "scaledobjects", "-n", scaling.namespace)["items"]
+    assert [o["metadata"]["name"] for o in sos] == ["whisper-cpu-cpu"]
