@@ -280,7 +280,11 @@ EVENTS: list[Callable[[Scaling], Result]] = [
 
 
 def _all_ready(pods: list[dict[str, Any]]) -> bool:
-    return all(c["ready"] for p in pods for c in p["status"].get("containerStatuses", []))
+    """Every pod's containers ready (a pod not started yet has no statuses: not ready)."""
+    return all(
+        (statuses := p["status"].get("containerStatuses")) and all(c["ready"] for c in statuses)
+        for p in pods
+    )
 
 
 def container_pid(pod: dict[str, Any]) -> int:
