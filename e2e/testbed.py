@@ -398,7 +398,14 @@ def start_control_plane() -> None:
             "requestheader-extra-headers-prefix=X-Remote-Extra-",
             "enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         ],
-        "kube-controller-manager": [f"service-cluster-ip-range={SERVICE_CIDR}"],
+        # One instance of each, so no leader election: with it they exit when the API
+        # server is away longer than the renew deadline (the API-server-restart scenario),
+        # and nothing restarts them.
+        "kube-controller-manager": [
+            f"service-cluster-ip-range={SERVICE_CIDR}",
+            "leader-elect=false",
+        ],
+        "kube-scheduler": ["leader-elect=false"],
         # KWOK manages only the fake nodes; the real node belongs to its kubelet.
         "kwok-controller": [
             "manage-all-nodes=false",

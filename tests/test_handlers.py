@@ -169,3 +169,70 @@ def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatc
         assert sent == [signal.SIGTERM]
 
     asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- watch gaps
+
+
+class Lister:
+    """Stands in for Kube.list: what exists now, by kind."""
+
+    def __init__(self, objs: dict[str, list[dict[str, Any]]] | None) -> None:
+        self.objs = objs
+        self.calls = 0
+
+    def list(
+        self, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.objs is None:
+            raise ConnectionRefusedError("the API server is away")
+        return [
+            o for o in self.objs.get(kind, []) if namespace in (None, o["metadata"]["namespace"])
+        ]
+
+
+def child(kind: str, name: str, instance: str) -> dict[str, Any]:
+    meta = {"namespace": "ns", "name": name, "labels": {"app.kubernetes.io/instance": instance}}
+    return {
+        "kind": kind,
+        "apiVersion": "v1",
+        "metadata": {**meta, "uid": f"u-{name}", "resourceVersion": "1"},
+    }
+
+
+def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_relist(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's relist after a gap reports what exists, never what was deleted meanwhile:
+    the operator relists itself once kopf's listings settle, forgets the deleted child and
+    reconciles its resource (which applies it again)."""
+    monkeypatch.setattr(handlers, "RELIST_SETTLE_SECONDS", 0.05)
+    monkeypatch.setattr(handlers, "RELIST_RETRY_SECONDS", 0.05)
+
+    async def main() -> None:
+        rt = handlers.Runtime()
+        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        scaler, frontend = child("Service", "w-scaler", "w"), child("Service", "w", "w")
+        resource = {
+            **td("w"),
+            "metadata": {**td("w")["metadata"], "uid": "u-w", "resourceVersion": "1"},
+        }
+        kube = Lister({KIND: [resource], "Service": [scaler, frontend]})
+        handlers.relist(kube, ())  # type: ignore[arg-type]
+        assert rt.cache.get("Service", "ns", "w-scaler") is not None
+        relister = asyncio.create_task(handlers._relister(kube))  # type: ignore[arg-type]
+        kube.objs = None  # the API server goes away; the scaler Service is deleted meanwhile
+        # kopf's watches come back and list what exists (as events with no type).
+        await handlers.resource_event(event={"type": None}, body=resource)  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)  # the first relist fails: the API server is still away
+        assert rt.cache.get("Service", "ns", "w-scaler") is not None and rt.queue.depth == 1
+        kube.objs = {KIND: [resource], "Service": [frontend]}
+        await asyncio.sleep(0.3)
+        assert rt.cache.get("Service", "ns", "w-scaler") is None
+        assert rt.cache.get("Service", "ns", "w") is not None
+        assert await asyncio.wait_for(rt.queue.get(), 1) == ("ns", "w")
+        relister.cancel()
+        await asyncio.gather(relister, return_exceptions=True)
+
+    asyncio.run(main())

@@ -296,3 +296,37 @@ def test_the_cache_never_goes_back_to_an_older_version() -> None:
     assert cache.get("TranscriptionDeployment", "ns", "a")["status"] == "newer"
     cache.put(obj("5", uid="u2", status="recreated"))  # another object of that name: taken
     assert cache.get("TranscriptionDeployment", "ns", "a")["status"] == "recreated"
+
+
+def test_a_relist_forgets_what_was_deleted_while_the_watch_was_away() -> None:
+    """As an informer's relist: the listing is the truth, except for what the watches
+    stored or dropped after the listing began (they are newer)."""
+    from transcription_operator.reconciler import Cache
+
+    cache = Cache()
+
+    def svc(name: str, rv: str, ns: str = "ns") -> dict[str, Any]:
+        meta = {"namespace": ns, "name": name, "uid": f"u-{name}", "resourceVersion": rv}
+        return {"kind": "Service", "metadata": meta}
+
+    for o in (svc("kept", "1"), svc("gone", "2"), svc("changed", "3"), svc("other-ns", "4", "b")):
+        cache.put(o)
+    mark = cache.mark()
+    cache.put(svc("new-on-watch", "9"))  # arrived while the list was in flight
+    changed = cache.replace("Service", "ns", [svc("kept", "1"), svc("changed", "7")], mark)
+    assert sorted(o["metadata"]["name"] for o in changed) == ["changed", "gone"]
+    assert cache.get("Service", "ns", "gone") is None
+    assert cache.get("Service", "ns", "changed")["metadata"]["resourceVersion"] == "7"
+    assert cache.get("Service", "ns", "new-on-watch") is not None  # newer than the list
+    assert cache.get("Service", "b", "other-ns") is not None  # another namespace's listing
+    # A deletion seen on the watch after the listing began is not undone by it.
+    mark = cache.mark()
+    cache.drop("Service", "ns", "kept")
+    listed = [svc("kept", "1"), svc("changed", "7"), svc("new-on-watch", "9")]
+    assert cache.replace("Service", "ns", listed, mark) == []
+    assert cache.get("Service", "ns", "kept") is None
+    # Listing every namespace (None) reaches all of them.
+    mark = cache.mark()
+    changed = cache.replace("Service", None, [], mark)
+    assert sorted(o["metadata"]["name"] for o in changed) == ["changed", "new-on-watch", "other-ns"]
+    assert cache.count("Service") == 0

@@ -33,7 +33,7 @@ from transcription_api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 from . import metrics
 from .config import OperatorConfig
-from .kinds import CHILDREN, Kind
+from .kinds import CHILDREN, RESOURCE, Kind
 from .kube import Kube, KubeError
 from .leader import ElectionConfig, LeaderElection, LeaseLock
 from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
@@ -44,6 +44,8 @@ log = logging.getLogger("transcription_operator")
 
 WORKERS = 4
 RESYNC_SECONDS = 300.0
+RELIST_SETTLE_SECONDS = 1.0
+RELIST_RETRY_SECONDS = 5.0
 # Server-side filters of the two streams status reads.
 POD_SELECTOR = MANAGED_SELECTOR
 EVENT_SELECTOR = "involvedObject.kind=Pod,type=Warning"
@@ -68,6 +70,7 @@ class Runtime:
         self.in_flight = 0
         self.idle = asyncio.Event()  # set while no reconcile is in flight
         self.idle.set()
+        self.relist_wanted = asyncio.Event()  # kopf listed objects: a watch (re)started
 
     def may_reconcile(self) -> bool:
         return self.election is None or self.election.is_leading()
@@ -93,8 +96,6 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.client_timeout = 330
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
-    # Events of one object are batched for 0.1 s, then handed over.
-    settings.batching.batch_window = 0.1
     # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
     # namespace to match them, which a namespaced operator may not (403 at each start).
     settings.scanning.disabled = bool(RUNTIME.namespaces)
@@ -133,7 +134,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods)
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
-    RUNTIME.tasks.append(asyncio.create_task(_resync()))
+    RUNTIME.tasks.append(asyncio.create_task(_relister(kube)))
     election = RUNTIME.election_config
     if election is None:
         metrics.LEADER.set(1)
@@ -169,18 +170,10 @@ def _stopped_leading() -> None:
 
 
 def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """List the children once before the first reconcile, so that a (re)started operator
-    never mistakes a child it has not yet seen on a watch for a missing one."""
-    for kind in CHILDREN:
-        for ns in namespaces or (None,):
-            try:
-                objs = kube.list(kind.kind, ns, MANAGED_SELECTOR)
-            except KubeError as e:
-                if kind.optional and e.status == 404:
-                    break  # its API is not served (KEDA is not installed): nothing to know
-                raise
-            for obj in objs:
-                RUNTIME.cache.put_if_absent(obj)
+    """List the resources and their children once before the first reconcile, so that a
+    (re)started operator never mistakes a child it has not yet seen on a watch for a
+    missing one."""
+    relist(kube, namespaces)
     # Pods, then their Events: a status computed before the streams catch up already says
     # what it will say after (no write, no Event, caused by a restart).
     for ns in namespaces or (None,):
@@ -223,6 +216,10 @@ def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body
     obj = copy.deepcopy(dict(body))
     obj["kind"], obj["apiVersion"] = kind, api_version
     meta = obj["metadata"]
+    if event.get("type") is None:
+        # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
+        # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
+        RUNTIME.relist_wanted.set()
     if event.get("type") == "DELETED":
         RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
     else:
@@ -231,8 +228,11 @@ def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body
     return obj
 
 
+# The event handlers are coroutines: kopf runs them on its event loop, where the work
+# queue lives (a plain function would run in a thread, and asyncio's queue is not
+# thread-safe). Each only records the object and queues a key.
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     obj = _remember(KIND, API_VERSION, event, body)
     RUNTIME.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
@@ -241,7 +241,7 @@ def _register_child(kind: Kind) -> None:
     group, _, version = kind.api_version.rpartition("/")
     plural = kind.plural
 
-    def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         obj = _remember(kind.kind, kind.api_version, event, body)
         instance = (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
         if instance:
@@ -268,7 +268,7 @@ def _count_pods() -> None:
 
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: PART_OF}, id="watch-pods")
-def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+async def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     pod = dict(body)
     key = RUNTIME.pods.drop(pod) if event.get("type") == "DELETED" else RUNTIME.pods.put(pod)
     _count_pods()
@@ -277,7 +277,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.on.event("", "v1", "events", id="watch-pod-events")
-def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+async def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     obj = dict(body)
     if obj.get("type") != "Warning" or (obj.get("involvedObject") or {}).get("kind") != "Pod":
         return  # the field selector already keeps these out; a list without it might not
@@ -327,9 +327,55 @@ async def _reconcile(key: tuple[str, str]) -> None:
         RUNTIME.queue.add(key, delay=result.requeue_after)
 
 
-async def _resync() -> None:
-    """Reconcile every known resource now and then, as informers resync."""
+def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[tuple[str, str]]:
+    """List the resources and their children afresh and make the cache agree, as an
+    informer's relist does: what was deleted while a watch was away is forgotten. Returns
+    the resources (namespace, name) whose objects changed."""
+    keys: set[tuple[str, str]] = set()
+    for kind in (RESOURCE, *CHILDREN):
+        selector = "" if kind is RESOURCE else MANAGED_SELECTOR
+        for ns in namespaces or (None,):
+            mark = RUNTIME.cache.mark()
+            try:
+                objs = kube.list(kind.kind, ns, selector)
+            except KubeError as e:
+                if kind.optional and e.status == 404:
+                    break  # its API is not served (KEDA is not installed): nothing to know
+                raise
+            for obj in RUNTIME.cache.replace(kind.kind, ns, objs, mark):
+                meta = obj["metadata"]
+                instance = meta["name"] if kind is RESOURCE else _instance(obj)
+                if instance:
+                    keys.add((meta["namespace"], instance))
+        metrics.MANAGED.labels(kind=kind.kind).set(RUNTIME.cache.count(kind.kind))
+    return keys
+
+
+def _instance(obj: dict[str, Any]) -> str | None:
+    return (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
+
+
+async def _relister(kube: Kube) -> None:
+    """Relist once kopf's burst of (re)listings is over, so that a child deleted while the
+    API server was away is restored; and every RESYNC_SECONDS anyway, reconciling every
+    resource then, as informers resync."""
     while True:
-        await asyncio.sleep(RESYNC_SECONDS)
-        for ns, name in RUNTIME.cache.keys(KIND):
-            RUNTIME.queue.add((ns, name))
+        periodic = False
+        try:
+            await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
+        except TimeoutError:
+            periodic = True
+        while RUNTIME.relist_wanted.is_set():  # until the listings settle
+            RUNTIME.relist_wanted.clear()
+            await asyncio.sleep(RELIST_SETTLE_SECONDS)
+        try:
+            keys = await asyncio.to_thread(relist, kube, RUNTIME.namespaces)
+        except Exception as e:  # the API server is away again: once it is back
+            log.warning("relisting failed (again in %.0fs): %s", RELIST_RETRY_SECONDS, e)
+            await asyncio.sleep(RELIST_RETRY_SECONDS)
+            RUNTIME.relist_wanted.set()
+            continue
+        if keys:
+            log.info("relisted: %d resources changed while not watched", len(keys))
+        for key in set(RUNTIME.cache.keys(KIND)) if periodic else keys:
+            RUNTIME.queue.add(key)

@@ -65,26 +65,71 @@ class Cache:
 
     def __init__(self) -> None:
         self._objs: dict[Key, dict[str, Any]] = {}
+        # A logical clock: when each entry was stored, and when each key was last dropped
+        # (so that a listing taken before those moments cannot undo them).
+        self._clock = 0
+        self._stored: dict[Key, int] = {}
+        self._dropped: dict[Key, int] = {}
         self._lock = threading.Lock()
 
     def put(self, obj: dict[str, Any]) -> None:
         """Remember an object, unless the cache already holds a newer version of it (a watch
         event can arrive after the answer to the operator's own, later, write)."""
+        with self._lock:
+            self._put(obj)
+
+    def _put(self, obj: dict[str, Any]) -> bool:
         m = obj["metadata"]
         key = (obj["kind"], m["namespace"], m["name"])
-        with self._lock:
-            held = self._objs.get(key)
-            if held is None or not _older(m, held["metadata"]):
-                self._objs[key] = obj
+        held = self._objs.get(key)
+        if held is not None and _older(m, held["metadata"]):
+            return False
+        self._clock += 1
+        self._objs[key], self._stored[key] = obj, self._clock
+        return held is None or held["metadata"].get("resourceVersion") != m.get("resourceVersion")
 
     def put_if_absent(self, obj: dict[str, Any]) -> None:
         m = obj["metadata"]
         with self._lock:
-            self._objs.setdefault((obj["kind"], m["namespace"], m["name"]), obj)
+            if (obj["kind"], m["namespace"], m["name"]) not in self._objs:
+                self._put(obj)
 
     def drop(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
-            self._objs.pop((kind, namespace, name), None)
+            self._clock += 1
+            key = (kind, namespace, name)
+            self._objs.pop(key, None)
+            self._stored.pop(key, None)
+            self._dropped[key] = self._clock
+
+    def mark(self) -> int:
+        """Now, on the cache's clock: take it before a listing that `replace` is given."""
+        with self._lock:
+            return self._clock
+
+    def replace(
+        self, kind: str, namespace: str | None, listed: list[dict[str, Any]], mark: int
+    ) -> list[dict[str, Any]]:
+        """Make the cache's objects of `kind` (in `namespace`; None: all) those of a listing
+        taken after `mark`, as an informer's relist does: an object deleted while the watch
+        was away is forgotten. What the watches stored or dropped after `mark` is newer
+        than the listing and stays. Returns the objects that changed, were added or were
+        forgotten."""
+        changed: list[dict[str, Any]] = []
+        with self._lock:
+            keys = set()
+            for obj in listed:
+                m = obj["metadata"]
+                key = (kind, m["namespace"], m["name"])
+                keys.add(key)
+                if self._dropped.get(key, -1) <= mark and self._put(obj):
+                    changed.append(obj)
+            for key in [k for k in self._objs if k[0] == kind and k not in keys]:
+                if (namespace is None or key[1] == namespace) and self._stored[key] <= mark:
+                    changed.append(self._objs.pop(key))
+                    del self._stored[key]
+            self._dropped = {k: t for k, t in self._dropped.items() if t > mark}
+        return changed
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
