@@ -154,6 +154,9 @@ def coredns(image: str, service_ip: str) -> list[Manifest]:
     ]
 
 
+ARGS = "/spec/template/spec/containers/0/args/0"
+
+
 def keda_kustomization(config: Path, images: dict[str, str]) -> Manifest:
     """KEDA's own minimal install (no admission webhooks), on the test bed's images."""
     small = {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
@@ -171,7 +174,20 @@ def keda_kustomization(config: Path, images: dict[str, str]) -> Manifest:
             _image("ghcr.io/kedacore/keda", images["keda"]),
             _image("ghcr.io/kedacore/keda-metrics-apiserver", images["keda-adapter"]),
         ],
-        "patches": [{"target": {"kind": "Deployment"}, "patch": json.dumps(ops)}],
+        "patches": [
+            {"target": {"kind": "Deployment"}, "patch": json.dumps(ops)},
+            # One replica, so no leader election: with it, the operator exits whenever the
+            # API server is away longer than the renew deadline (the e2e API-server restart).
+            {
+                "target": {"kind": "Deployment", "name": "keda-operator"},
+                "patch": json.dumps(
+                    [
+                        {"op": "test", "path": ARGS, "value": "--leader-elect"},
+                        {"op": "replace", "path": ARGS, "value": "--leader-elect=false"},
+                    ]
+                ),
+            },
+        ],
     }
 
 
