@@ -134,7 +134,7 @@ class Node:
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
         net_d = self.dir / "cni" / "net.d"
         net_d.mkdir(parents=True, exist_ok=True)
-        (net_d / "10-testbed.conflist").write_text(json.dumps(self.cni_config(), indent=2))
+        _write(net_d / "10-testbed.conflist", json.dumps(self.cni_config(), indent=2))
 
     def cni_config(self) -> dict[str, object]:
         return {
@@ -208,7 +208,7 @@ state = "{state}"
 
     def _containerd(self) -> None:
         cfg = self.dir / "containerd.toml"
-        cfg.write_text(self.containerd_config())
+        _write(cfg, self.containerd_config())
         shim_dir = self.bin("containerd-shim-runc-v2").parent
         env = {"PATH": f"{shim_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         self._start("containerd", [str(self.bin("containerd")), "--config", str(cfg)], env)
@@ -291,7 +291,7 @@ state = "{state}"
 
     def _kubelet_cmd(self) -> list[str]:
         cfg = self.dir / "kubelet.json"
-        cfg.write_text(json.dumps(self.kubelet_config(), indent=2))
+        _write(cfg, json.dumps(self.kubelet_config(), indent=2))
         labels = {
             "kubernetes.io/os": "linux",
             "type": "real",
@@ -327,7 +327,7 @@ state = "{state}"
 
     def _kube_proxy_cmd(self) -> list[str]:
         cfg = self.dir / "kube-proxy.json"
-        cfg.write_text(json.dumps(self.kube_proxy_config(), indent=2))
+        _write(cfg, json.dumps(self.kube_proxy_config(), indent=2))
         return [str(self.bin("kube-proxy")), f"--config={cfg}", "--v=1"]
 
     # ----------------------------------------------------------------- processes
@@ -348,6 +348,16 @@ state = "{state}"
 
     def _pid(self, name: str) -> int | None:
         return _pid(self.dir, name)
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a component's configuration only when it changed, and atomically: kube-proxy
+    exits when its file changes under it (a second `up` rewrote it while it ran)."""
+    if path.exists() and path.read_text() == text:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def node_dir(cache: Path) -> Path:
