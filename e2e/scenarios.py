@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +99,16 @@ class Scaling:
 
     def leader(self) -> str:
         """The operator pod the Lease names ('' while nobody holds it)."""
+        return self.lease()[0]
+
+    def lease(self) -> tuple[str, datetime]:
+        """The Lease's holder ('' while nobody holds it) and when it was last renewed."""
         out = self.kubectl.run("get", "lease", f"{self.release}-transcription-operator",
                                "-n", self.system_namespace, "-o", "json", check=False)  # fmt: skip
-        if out.returncode:
-            return ""
-        return str(json.loads(out.stdout)["spec"].get("holderIdentity") or "")
+        spec = json.loads(out.stdout)["spec"] if not out.returncode else {}
+        renewed = spec.get("renewTime")
+        when = datetime.fromisoformat(renewed) if renewed else datetime.min.replace(tzinfo=UTC)
+        return str(spec.get("holderIdentity") or ""), when
 
 
 @contextmanager
@@ -244,19 +250,39 @@ def api_server_restarted(s: Scaling) -> Result:
 
 
 def operator_leader_killed(s: Scaling) -> Result:
-    """SIGKILL the leading operator replica as a pool rollout starts: the standby takes the
-    Lease once it expires (15 s) and finishes the rollout, with no duplicate children."""
+    """SIGKILL the leading operator replica as a pool rollout starts. A new term begins: the
+    kubelet restarts the container in place and it resumes its own Lease (its identity is the
+    pod's name), or, if that takes longer, the standby takes the Lease once it expires
+    (15 s); either finishes the rollout, with no duplicate children."""
     notes: dict[str, Any] = {}
 
     def act() -> float:
         leader = s.leader()
         pod = s.kubectl.json("get", "pod", leader, "-n", s.system_namespace)
+        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         old = {p["metadata"]["name"] for p in s.pods("worker")}
-        start = time.monotonic()
+        start, killed_at = time.monotonic(), datetime.now(UTC)
         s.apply(resource(env=[{"name": "ROLLOUT", "value": str(time.time())}]))
         os.kill(container_pid(pod), signal.SIGKILL)
-        wait_for(lambda: s.leader() not in ("", leader), timeout=60, interval=0.5,
-                 what="the standby to take the Lease")  # fmt: skip
+
+        def new_term() -> str:
+            """Who leads now: the standby, or the killed leader's container restarted in
+            place by the kubelet (same pod, same identity: it resumes its own Lease at once,
+            the old process being dead), renewing the Lease since the kill."""
+            holder, renewed = s.lease()
+            if not holder or renewed <= killed_at:
+                return ""
+            if holder != leader:
+                return "standby"
+            p = s.kubectl.json("get", "pod", leader, "-n", s.system_namespace)
+            return (
+                "restarted leader"
+                if p["status"]["containerStatuses"][0]["restartCount"] > restarts
+                else ""
+            )
+
+        notes["takeover_by"] = wait_for(new_term, timeout=60, interval=0.5,
+                                        what="a new leader (the standby or the restarted leader)")  # fmt: skip
         notes["takeover_s"] = round(time.monotonic() - start, 1)
         wait_for(
             lambda: not ({p["metadata"]["name"] for p in s.pods("worker")} & old)

@@ -57,6 +57,8 @@ def wait_reason(
         )
     except AssertionError as e:
         raise AssertionError(f"{e}; Ready is {last()}") from None
+    # What a user sees (pytest -s shows it; the README's examples come from these lines).
+    print(f"\n[status] {name}: Ready={reason}: {condition(result, 'Ready').get('message')}")
     return result
 
 
@@ -160,12 +162,15 @@ def test_no_replicas_is_not_ready_no_capacity(kubectl: Kubectl, namespace: str) 
 
 
 def test_auto_split_disabled_is_reported_as_disabled(kubectl: Kubectl, namespace: str) -> None:
-    kubectl.apply(td("chat", {"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False}}), namespace)  # fmt: skip
+    # transformers serves no translations: with the split off, nothing covers them.
+    spec = {"model": {"name": "m"}, "engine": "transformers", "autoSplit": {"enabled": False},
+            "traffic": {"endpoints": ["transcriptions", "translations"]}}  # fmt: skip
+    kubectl.apply(td("chat", spec), namespace)
     obj = wait_reason(kubectl, namespace, "chat", "TrafficNotCovered")
     c = condition(obj, "AutoSplit")
     assert (c["status"], c["reason"], c["message"]) == (
         "False", "Disabled",
-        "spec.autoSplit.enabled is false; no declared pool serves transcriptions (see Degraded)",
+        "spec.autoSplit.enabled is false; no declared pool serves translations (see Degraded)",
     )  # fmt: skip
 
 
