@@ -460,3 +460,17 @@ def test_a_worker_given_a_gpu_it_cannot_use_fails_its_startup_probe_with_the_rea
         proc.terminate()
         out, _ = proc.communicate(timeout=15)
     assert "CTranslate2 sees 0 CUDA device(s)" in out  # and the log says it too
+
+
+def test_a_model_directory_without_weights_says_so(tmp_path: Path) -> None:
+    """Source image or pvc with a wrong spec.model.path: the container's last words (what
+    status shows for CrashLoopBackOff) name the path and the field, not a hub traceback."""
+    from transcription_worker import main
+
+    for path in (tmp_path / "not-there", tmp_path):
+        with pytest.raises(SystemExit) as e:
+            main.main(["--model", str(path)])
+        assert str(e.value) == (
+            f"error: model directory {path} has no model.bin (CTranslate2 Whisper weights): "
+            "check spec.model.path (and, for source 'pvc', that the claim holds the weights)"
+        )

@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             "the vLLM image starts transcription-vllm-launcher"
         )
     model = s.model
+    if model.startswith("/") and not os.path.isfile(os.path.join(model, "model.bin")):
+        # A local directory (source image or pvc), never a hub id: say what is wrong.
+        raise SystemExit(
+            f"error: model directory {model} has no model.bin (CTranslate2 Whisper weights): "
+            "check spec.model.path (and, for source 'pvc', that the claim holds the weights)"
+        )
     if not os.path.isdir(model):
         from faster_whisper.utils import download_model
 
