@@ -84,9 +84,25 @@ def namespace(name: str) -> None:
         "name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))  # fmt: skip
 
 
+def _adopt() -> list[str]:
+    """On a test bed the e2e suite used, the CRD and the cluster's admission policy exist
+    already, applied without Helm: use them instead of failing to adopt them."""
+    out: list[str] = []
+    for kind, name, value in (
+        ("crd", "transcriptiondeployments.transcription.dev", "crds.install"),
+        ("validatingadmissionpolicy", "transcriptiondeployments-warnings.transcription.dev",
+         "admissionPolicy.enabled"),
+    ):  # fmt: skip
+        obj = kubectl("get", kind, name, "-o", "json", check=False)
+        labels = (json.loads(obj)["metadata"].get("labels") or {}) if obj else {}
+        if obj and labels.get("app.kubernetes.io/managed-by") != "Helm":
+            out += ["--set", f"{value}=false"]
+    return out
+
+
 def up() -> int:
-    step(1, "local Kubernetes test bed with a real node (the first run builds binaries and "
-            "images: ~30 min, then cached)")  # fmt: skip
+    step(1, "local Kubernetes test bed with a real node (the first run compiles binaries and "
+            "builds images: over an hour on 2 cores, then cached)")  # fmt: skip
     testbed.up()
     refs = images.refs()
 
@@ -99,7 +115,7 @@ def up() -> int:
                           "--set", "image.pullPolicy=Never",
                           "--set", f"defaultImages.frontend={refs['frontend']}",
                           "--set", f"defaultImages.fasterWhisper={refs['worker-cpu']}",
-                          "--set", "defaultImages.pullPolicy=Never"],
+                          "--set", "defaultImages.pullPolicy=Never", *_adopt()],
                          capture_output=True, text=True)  # fmt: skip
     if out.returncode:
         raise SystemExit(f"helm install failed: {out.stderr}")
