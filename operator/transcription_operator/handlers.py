@@ -356,15 +356,17 @@ def _instance(obj: dict[str, Any]) -> str | None:
 
 
 async def _relister(kube: Kube) -> None:
-    """Relist once kopf's burst of (re)listings is over, so that a child deleted while the
-    API server was away is restored; and every RESYNC_SECONDS anyway, reconciling every
-    resource then, as informers resync."""
+    """Relist once kopf's burst of (re)listings is over, so that a child deleted while a
+    watch was away (an API server restart) is forgotten and applied again. Every
+    RESYNC_SECONDS, reconcile every resource from the cache, as informers resync: no
+    request at steady state."""
     while True:
-        periodic = False
         try:
             await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
         except TimeoutError:
-            periodic = True
+            for key in RUNTIME.cache.keys(KIND):
+                RUNTIME.queue.add(key)
+            continue
         while RUNTIME.relist_wanted.is_set():  # until the listings settle
             RUNTIME.relist_wanted.clear()
             await asyncio.sleep(RELIST_SETTLE_SECONDS)
@@ -377,5 +379,5 @@ async def _relister(kube: Kube) -> None:
             continue
         if keys:
             log.info("relisted: %d resources changed while not watched", len(keys))
-        for key in set(RUNTIME.cache.keys(KIND)) if periodic else keys:
+        for key in keys:
             RUNTIME.queue.add(key)
