@@ -205,14 +205,14 @@ def frontend_rollout(s: Scaling) -> Result:
 
 def worker_killed(s: Scaling) -> Result:
     def act() -> float:
-        pod = s.pods("worker")[0]
+        pod = _a_ready_pod(s, "worker")
         restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         start = time.monotonic()
         os.kill(container_pid(pod), signal.SIGKILL)
         wait_for(
             lambda: any(p["metadata"]["name"] == pod["metadata"]["name"]
+                        and _all_ready([p])
                         and p["status"]["containerStatuses"][0]["restartCount"] > restarts
-                        and p["status"]["containerStatuses"][0]["ready"]
                         for p in s.pods("worker")),
             timeout=300, interval=1, what="the killed worker restarted and ready",
         )  # fmt: skip
@@ -223,7 +223,7 @@ def worker_killed(s: Scaling) -> Result:
 
 def frontend_deleted(s: Scaling) -> Result:
     def act() -> float:
-        victim = s.pods("frontend")[0]["metadata"]["name"]
+        victim = _a_ready_pod(s, "frontend")["metadata"]["name"]
         start = time.monotonic()
         s.kubectl("delete", "pod", victim, "-n", s.namespace, "--wait=false")
         wait_for(lambda: len(s.pods("frontend")) == 2 and _all_ready(s.pods("frontend"))
@@ -311,6 +311,16 @@ def _all_ready(pods: list[dict[str, Any]]) -> bool:
         (statuses := p["status"].get("containerStatuses")) and all(c["ready"] for c in statuses)
         for p in pods
     )
+
+
+def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
+    """A pod of the component whose containers are all ready (the load may just have added
+    one that has not started yet)."""
+    pods: list[dict[str, Any]] = wait_for(
+        lambda: [p for p in s.pods(component) if _all_ready([p])],
+        timeout=120, interval=1, what=f"a ready {component} pod",
+    )  # fmt: skip
+    return pods[0]
 
 
 def container_pid(pod: dict[str, Any]) -> int:
