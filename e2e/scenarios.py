@@ -344,7 +344,8 @@ def restart_api_server() -> float:
         if (args := _cmdline(p)) and Path(args[0]).name == "kube-apiserver"
         and any(str(testbed.WORKDIR / "clusters" / testbed.CLUSTER) in a for a in args)
     )  # fmt: skip
-    cwd = os.readlink(f"/proc/{pid}/cwd")
+    # kwokctl may have replaced the directory it started the API server in ("... (deleted)").
+    cwd = os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)")
     start = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     while Path(f"/proc/{pid}").exists():
