@@ -335,25 +335,22 @@ def container_pid(pod: dict[str, Any]) -> int:
 
 
 def restart_api_server() -> float:
-    """Stop the API server and start it again with the same command line; returns how long
-    it was away."""
-    procs = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
-    pid, cmdline = next(
-        (int(p.name), args)
-        for p in procs
-        if (args := _cmdline(p)) and Path(args[0]).name == "kube-apiserver"
-        and any(str(testbed.WORKDIR / "clusters" / testbed.CLUSTER) in a for a in args)
-    )  # fmt: skip
-    # kwokctl may have replaced the directory it started the API server in ("... (deleted)").
-    cwd = os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)")
+    """Stop the API server and start it again with the same command line, under kwokctl's
+    PID file (so that `testbed down` stops the new process too); returns how long it was
+    away."""
+    cluster = testbed.WORKDIR / "clusters" / testbed.CLUSTER
+    pidfile = cluster / "pids" / "kube-apiserver.pid"
+    pid = int(pidfile.read_text())
+    cmdline = _cmdline(Path(f"/proc/{pid}"))
+    assert cmdline and Path(cmdline[0]).name == "kube-apiserver", f"{pidfile}: {cmdline}"
     start = time.monotonic()
     os.kill(pid, signal.SIGTERM)
     while Path(f"/proc/{pid}").exists():
         time.sleep(0.1)
-    logs = testbed.WORKDIR / "clusters" / testbed.CLUSTER / "logs" / "kube-apiserver.log"
-    with logs.open("ab") as log:
-        subprocess.Popen(cmdline, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)  # fmt: skip
+    with (cluster / "logs" / "kube-apiserver.log").open("ab") as log:
+        proc = subprocess.Popen(cmdline, cwd=cluster, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    pidfile.write_text(str(proc.pid))
     wait_for(testbed.is_up, timeout=120, interval=0.5, what="the API server back")
     return time.monotonic() - start
 
