@@ -20,11 +20,13 @@ Only the standard library is used, so this works before the virtual environment 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -569,9 +571,24 @@ def down() -> None:
     if not KWOK.path("kwokctl").exists():
         return
     _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)
+    _stop_leftovers(WORKDIR / "clusters" / CLUSTER)
     KUBECONFIG.unlink(missing_ok=True)
     shutil.rmtree(WORKDIR / "clusters" / CLUSTER, ignore_errors=True)
     say(f"cluster {CLUSTER!r} removed")
+
+
+def _stop_leftovers(cluster: Path) -> None:
+    """Stop what still runs from the cluster's directory after kwokctl's delete (a component
+    restarted outside kwokctl, as the e2e API-server restart does): it would hold the
+    cluster's ports, and a later run would take it for the cluster's own."""
+    for proc in Path("/proc").iterdir():
+        try:
+            program = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if program.startswith(f"{cluster}/"):  # kwokctl starts them as <cluster>/bin/<name>
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
 
 
 def status() -> int:
