@@ -35,14 +35,14 @@ from transcription_api.routes import PoolRoute
 
 from .disconnect import cancel_on_disconnect
 from .engines import able, chat_body, chat_refusal
-from .forward import CONNECT_ERRORS, JsonBody, WorkerAnswer
+from .forward import JsonBody, WorkerAnswer
 from .gateway import Gateway
 from .metrics import Observation
 from .pipeline import choose_pools, resolve_model, run
 from .request_id import request_id
 from .respond import Reply, worker_error
 from .sniff import AudioInfo, probe
-from .streams import worker_failed
+from .streams import STREAM_ERRORS, stream_failed, worker_failed
 
 PATH = "/v1/chat/completions"
 
@@ -175,14 +175,8 @@ class ChatStream:
         try:
             async for event in self._events():
                 yield event
-        except TimeoutError:  # aiohttp's read timeout (--worker-read-timeout)
-            self.error = worker_failed(
-                self.answer.pool, "its stream sent nothing for longer than the worker read timeout"
-            )
-        except CONNECT_ERRORS as e:
-            self.error = worker_failed(
-                self.answer.pool, f"its stream broke off: {e.__class__.__name__}"
-            )
+        except STREAM_ERRORS as e:
+            self.error = stream_failed(self.answer.pool, e)
         if self.error is not None:
             yield sse.encode(self.error.event())
         yield sse.DONE

@@ -32,6 +32,18 @@ def worker_failed(pool: PoolRoute, what: str) -> APIError:
     )
 
 
+# aiohttp's read timeout (--worker-read-timeout), or the connection broke.
+STREAM_ERRORS = (TimeoutError, *CONNECT_ERRORS)
+
+
+def stream_failed(pool: PoolRoute, e: BaseException) -> APIError:
+    """The client's error when a worker's stream failed part-way (one of STREAM_ERRORS)."""
+    if isinstance(e, TimeoutError):
+        what = "its stream sent nothing for longer than the worker read timeout"
+        return worker_failed(pool, what)
+    return worker_failed(pool, f"its stream broke off: {e.__class__.__name__}")
+
+
 class Translation:
     """The OpenAI event stream of one engine stream; `error` is set if it failed."""
 
@@ -44,12 +56,8 @@ class Translation:
         try:
             async for event in self._events():
                 yield event
-        except TimeoutError:  # aiohttp's read timeout (--worker-read-timeout)
-            self.error = worker_failed(
-                self.pool, "its stream sent nothing for longer than the worker read timeout"
-            )
-        except CONNECT_ERRORS as e:
-            self.error = worker_failed(self.pool, f"its stream broke off: {e.__class__.__name__}")
+        except STREAM_ERRORS as e:
+            self.error = stream_failed(self.pool, e)
         if self.error is not None:
             yield sse.encode(self.error.event())
 
