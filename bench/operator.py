@@ -77,7 +77,7 @@ def ready_count(ns: str, reason: str = "Ready") -> int:
     return n
 
 
-def quiet(op: Proc) -> dict[str, float]:
+def quiet(op: Proc) -> dict[str, Any]:
     """API requests and reconciles while nobody changes anything."""
     before = metrics(METRICS)
     time.sleep(QUIET_SECONDS)
@@ -90,6 +90,14 @@ def quiet(op: Proc) -> dict[str, float]:
         "quiet_api_requests_per_s": delta("transcription_operator_api_requests_total")
         / QUIET_SECONDS,
         "quiet_reconciles_per_s": delta("transcription_operator_reconciles_total") / QUIET_SECONDS,
+        # Which requests, if any: GET (reads, lists) or writes, by verb.
+        "quiet_api_requests_by_verb": {
+            k.split('verb="', 1)[1].split('"', 1)[0]: after[k] - before.get(k, 0.0)
+            for k in after
+            if k.startswith("transcription_operator_api_requests_total{")
+            and 'verb="' in k
+            and after[k] - before.get(k, 0.0)
+        },
         "pods_watched": after.get('transcription_operator_managed_resources{kind="Pod"}', 0.0),
         "events_watched": after.get('transcription_operator_managed_resources{kind="Event"}', 0.0),
     }
@@ -129,6 +137,7 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
                          - before.get('transcription_operator_api_requests_total{verb="GET"}', 0))  # fmt: skip
     say(f"    N={n}: quiet window of {QUIET_SECONDS:.0f}s")
     calm = quiet(op)
+    say(f"    N={n}: quiet window requests by verb: {calm['quiet_api_requests_by_verb'] or 'none'}")
     result = {
         "scenario": want,
         "resources": n,
