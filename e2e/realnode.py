@@ -232,24 +232,33 @@ state = "{state}"
             return None
         return proc.stdout
 
-    def images(self) -> set[str]:
-        out = self.ctr("images", "ls", "-q") or ""
-        return {line.strip() for line in out.splitlines() if line.strip()}
+    def images(self) -> dict[str, str]:
+        """Every image reference in containerd -> the digest it points at."""
+        out = self.ctr("images", "ls") or ""
+        rows = [line.split() for line in out.splitlines()[1:]]
+        return {row[0]: row[2] for row in rows if len(row) > 2}
 
-    def import_image(self, archive: Path, ref: str) -> None:
-        """Import `ref` unless present, dropping earlier builds of the same image (the
-        content store then frees their layers)."""
+    def import_images(self, archives: dict[str, Path]) -> None:
+        """Import each wanted reference that is missing, then remove every other image.
+
+        The CRI plugin names each image a second time by its ID (``sha256:...``); removing
+        only the tag would leave that name holding the old layers, and the store would grow
+        with every rebuild. So every reference is dropped whose target no wanted reference
+        shares, and containerd's garbage collector frees the content and snapshots."""
         present = self.images()
-        repository = ref.rsplit(":", 1)[0]
-        for old in present:
-            if old != ref and old.rsplit(":", 1)[0] == repository:
-                self.ctr("images", "rm", old, check=False)
-        if ref in present:
-            return
-        say(f"importing {ref} into containerd")
-        self.ctr("images", "import", str(archive), timeout=900)
-        if ref not in self.images():
-            raise SystemExit(f"importing {archive} did not yield {ref}")
+        for ref, archive in archives.items():
+            if ref not in present:
+                say(f"importing {ref} into containerd")
+                self.ctr("images", "import", str(archive), timeout=900)
+        present = self.images()
+        missing = [ref for ref in archives if ref not in present]
+        if missing:
+            raise SystemExit(f"importing did not yield {', '.join(missing)}")
+        keep = {present[ref] for ref in archives}
+        stale = [ref for ref, digest in present.items() if digest not in keep]
+        if stale:
+            say(f"removing {len(stale)} stale image references from containerd")
+            self.ctr("images", "rm", "--sync", *stale, check=False, timeout=300)
 
     def kubelet_config(self) -> dict[str, object]:
         return {

@@ -492,8 +492,8 @@ def start_real_node() -> None:
     n = node()
     say(f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy)")
     n.up()
-    for image in images.ALL:  # the base too: tests run throwaway pods from it
-        n.import_image(images.archive(image), refs[image.name])
+    # The base too: tests run throwaway pods from it.
+    n.import_images({refs[image.name]: images.archive(image) for image in images.ALL})
     wait_node_ready(realnode.NODE_NAME, timeout=120)
     say(f"real node ready in {time.monotonic() - start:.1f}s; images: {', '.join(refs.values())}")
     install_addons(refs)
