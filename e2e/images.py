@@ -95,6 +95,8 @@ COREDNS = Image("coredns", BINARY_FILE, sources=(), binary="coredns")
 KEDA = Image("keda", BINARY_FILE, sources=(), binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, sources=(), binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
+# The images that hold no test-bed binary: they can build while the binaries compile.
+WITHOUT_BINARY = tuple(i for i in ALL if not i.binary)
 # Where each binary image's binary comes from: set by the test bed (testbed.py).
 BINARIES: dict[str, Path] = {}
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -229,6 +230,17 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 
 
+def build_all() -> dict[str, str]:
+    """Binaries and images; return image name -> reference. The images that hold no
+    binary build alongside the Go builds (those use the CPUs; image builds mostly wait on
+    downloads and the disk), then the images of the add-on binaries."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        own = pool.submit(images.build, images.WITHOUT_BINARY)
+        build()
+        own.result()
+    return images.build()
+
+
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
@@ -348,7 +360,10 @@ def is_up() -> bool:
 
 def up() -> Path:
     """Start the cluster and the real node (idempotent); return the kubeconfig path."""
-    build()
+    if REAL_NODE:
+        build_all()
+    else:
+        build()
     if is_up():
         say(f"cluster {CLUSTER!r} already up")
     else:
@@ -618,8 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "up", "down", "status", "kubeconfig"])
     args = parser.parse_args(argv)
     if args.command == "build":
-        build()
-        images.build()
+        build_all()
     elif args.command == "up":
         up()
     elif args.command == "down":
