@@ -95,6 +95,12 @@ COREDNS = Image("coredns", BINARY_FILE, sources=(), binary="coredns")
 KEDA = Image("keda", BINARY_FILE, sources=(), binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, sources=(), binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
+# Built only when a suite asks for it (e2e/test_transformers_node.py), then kept imported:
+# about 6 GB, because PyPI's Linux torch wheel carries the CUDA libraries.
+WORKER_TRANSFORMERS = Image(
+    "worker-transformers", "worker_image/Dockerfile.transformers", {"BAKE_MODEL": "1"}
+)
+ON_DEMAND = (WORKER_TRANSFORMERS,)
 # The images that hold no test-bed binary: they can build while the binaries compile.
 WITHOUT_BINARY = tuple(i for i in ALL if not i.binary)
 # Where each binary image's binary comes from: set by the test bed (testbed.py).
@@ -150,7 +156,7 @@ def archive(image: Image) -> Path:
 
 
 def refs() -> dict[str, str]:
-    return {i.name: ref(i) for i in ALL}
+    return {i.name: ref(i) for i in (*ALL, *ON_DEMAND)}
 
 
 # --------------------------------------------------------------------------- building

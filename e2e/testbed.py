@@ -507,11 +507,25 @@ def start_real_node() -> None:
     n = node()
     say(f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy)")
     n.up()
-    # The base too: tests run throwaway pods from it.
-    n.import_images({refs[image.name]: images.archive(image) for image in images.ALL})
+    import_images()
     wait_node_ready(realnode.NODE_NAME, timeout=120)
-    say(f"real node ready in {time.monotonic() - start:.1f}s; images: {', '.join(refs.values())}")
+    say(f"real node ready in {time.monotonic() - start:.1f}s; images: "
+        + ", ".join(refs[i.name] for i in images.ALL))  # fmt: skip
     install_addons(refs)
+
+
+def import_images(*also: images.Image) -> dict[str, str]:
+    """Put every image into the real node's containerd (the base too: tests run throwaway
+    pods from it), with the on-demand ones asked for or already built; remove the rest."""
+    wanted = [*images.ALL, *also, *(i for i in images.ON_DEMAND if images.archive(i).exists())]
+    node().import_images({images.ref(i): images.archive(i) for i in wanted})
+    return images.refs()
+
+
+def on_demand_image(image: images.Image) -> str:
+    """Build (once) and import an image `up` does not build; return its reference."""
+    images.build((image,))
+    return import_images(image)[image.name]
 
 
 def install_addons(refs: dict[str, str]) -> None:

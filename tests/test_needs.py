@@ -133,11 +133,12 @@ def test_operator_and_frontend_agree_on_every_request() -> None:
     assert families == set(ModelFamily)
     # Whisper deployments serve and refuse audio requests (by their pools and options) and
     # never chat; audio LM deployments always chat (every engine and mode that runs them
-    # does, streams included) and never transcribe.
+    # does, streams included), transcribe plain text through chat, and never translate.
     audio_lm, whisper = ModelFamily.AUDIO_LM, ModelFamily.WHISPER
     assert {k for k, n in routed.items() if n} == {
         (audio_lm, Capability.CHAT, True),
-        (audio_lm, Capability.TRANSCRIPTIONS, False), (audio_lm, Capability.TRANSLATIONS, False),
+        (audio_lm, Capability.TRANSCRIPTIONS, True), (audio_lm, Capability.TRANSCRIPTIONS, False),
+        (audio_lm, Capability.TRANSLATIONS, False),
         (whisper, Capability.CHAT, False),
         (whisper, Capability.TRANSCRIPTIONS, True), (whisper, Capability.TRANSCRIPTIONS, False),
         (whisper, Capability.TRANSLATIONS, True), (whisper, Capability.TRANSLATIONS, False),

@@ -53,28 +53,30 @@ def test_transformers_whisper_transcribes_in_continuous_mode_without_a_split() -
 
 
 def test_chat_and_transcriptions_depend_on_the_model_family() -> None:
-    """Whisper cannot chat and an audio LM cannot use the transcription endpoint, in either
-    mode: no sequential pool would help, so nothing is added and the need is uncovered."""
+    """Whisper cannot chat, in either mode: no sequential pool would help, so nothing is
+    added and the need is uncovered. An audio LM serves both from one pool (it transcribes
+    through chat), so one deployment takes chat and transcription traffic as declared."""
     traffic = {"endpoints": ["chat", "transcriptions"], "features": ["stream"]}
-    T, CH, S = Capability.TRANSCRIPTIONS, Capability.CHAT, Capability.STREAM
+    CH, S = Capability.CHAT, Capability.STREAM
     whisper = plan(spec(engine="transformers", traffic=traffic))
     assert not whisper.automatic
     assert whisper.uncovered == [frozenset({CH}), frozenset({CH, S})]
     audio_lm = plan(spec(engine="transformers", traffic=traffic,
                          model={"name": "m", "family": "audio-lm"}))  # fmt: skip
-    # No faster-whisper split either: it cannot run an audio language model.
-    assert not audio_lm.automatic
-    assert audio_lm.uncovered == [frozenset({T}), frozenset({T, S})]
+    assert not audio_lm.automatic and not audio_lm.uncovered
+    assert len(audio_lm.pools) == 1
 
 
-def test_audio_lm_chat_is_covered_in_both_modes() -> None:
+def test_audio_lm_chat_and_transcription_are_covered_in_both_modes() -> None:
     for mode in ("continuous", "sequential"):
         s = spec(engine="transformers", model={"name": "m", "family": "audio-lm"},
                  pools=[{"name": "chat", "mode": mode}],
-                 traffic={"endpoints": ["chat"], "features": ["stream"]})  # fmt: skip
+                 traffic={"endpoints": ["chat", "transcriptions"], "features": ["stream"]})  # fmt: skip
         p = plan(s)
         assert not p.automatic and not p.uncovered
-        assert p.pools[0].capabilities.capabilities == {Capability.CHAT, Capability.STREAM}
+        caps = p.pools[0].capabilities
+        assert caps.capabilities == {Capability.CHAT, Capability.TRANSCRIPTIONS, Capability.STREAM}
+        assert caps.transcribe_via_chat
 
 
 def test_chat_needs_take_only_the_features_chat_can_use() -> None:

@@ -162,15 +162,15 @@ def test_uncovered_traffic_is_degraded_with_the_missing_capability() -> None:
 
 @pytest.mark.parametrize(
     ("family", "endpoint"),
-    [("whisper", "chat"), ("audio-lm", "transcriptions")],
+    [("whisper", "chat"), ("audio-lm", "translations")],
 )
 def test_traffic_no_engine_serves_for_the_model_family_is_degraded(
     family: str, endpoint: str
 ) -> None:
-    """transformers serve: Whisper cannot chat; an audio LM cannot use the transcription
-    endpoint (a bare 500 in both modes). No split can help: the message says so."""
+    """transformers serve: Whisper cannot chat; an audio LM transcribes (through chat) but
+    does not translate. No split can help: the message says so."""
     td = make_td({"model": {"name": "m", "family": family}, "engine": "transformers",
-                  "traffic": {"endpoints": ["chat", "transcriptions"]}})  # fmt: skip
+                  "traffic": {"endpoints": list(dict.fromkeys(["chat", "transcriptions", endpoint]))}})  # fmt: skip
     st = run(td, [deployment("whisper-default", 1, 1), deployment("whisper-frontend", 2, 2)])
     c = {c.type: c for c in st.conditions}
     assert (c["Degraded"].status.value, c["Degraded"].reason) == ("True", "TrafficNotCovered")

@@ -45,7 +45,7 @@ def test_every_transformers_entry_cites_recordings_that_exist() -> None:
     assert cited() >= {
         "cb_whisper_json", "espeak_verbose_json", "espeak_srt", "espeak_stream", "translations",
         "long_audio", "whisper_chat", "cb_audio_lm_chat_audio", "cb_audio_lm_transcription",
-        "audio_lm_transcription",
+        "audio_lm_transcription", "chat_transcription_json", "chat_transcription_stream",
     }  # fmt: skip
 
 
@@ -77,8 +77,17 @@ def test_audio_lm_rows_match_the_recordings(mode: Mode) -> None:
     assert caps is not None
     assert status("cb_audio_lm_chat_audio") == 200 and C.CHAT in caps.capabilities
     assert status("cb_audio_lm_chat_stream") == 200 and C.STREAM in caps.capabilities
+    # Its transcription endpoint fails on their processors in both modes...
     assert status("cb_audio_lm_transcription") == status("audio_lm_transcription") == 500
-    assert C.TRANSCRIPTIONS not in caps.capabilities
+    # ...so transcriptions go through chat: plain text, streamed as chat chunks.
+    assert C.TRANSCRIPTIONS in caps.capabilities and caps.transcribe_via_chat
+    assert status("chat_transcription_json") == 200
+    assert json.loads(body("chat_transcription_json"))["object"] == "chat.completion"
+    stream = body("chat_transcription_stream")
+    assert '"object":"chat.completion.chunk"' in stream and '"finish_reason"' in stream
+    assert caps.stream_dialect == "chat-chunk" and not caps.native_formats
+    assert C.SEGMENT_TIMESTAMPS not in caps.capabilities
+    assert C.TRANSLATIONS not in caps.capabilities
 
 
 def test_only_transformers_serves_audio_language_models() -> None:
@@ -113,7 +122,7 @@ def test_route_table_names_the_model_transformers_workers_accept() -> None:
 def test_route_table_family_decides_the_pool_capabilities() -> None:
     pool = PoolRoute(name="chat", engine=Engine.TRANSFORMERS, mode=CB, service="s",
                      family=AUDIO_LM, worker_model="/models/qwen2-audio")  # fmt: skip
-    assert pool.capabilities == {C.CHAT, C.STREAM}
+    assert pool.capabilities == {C.CHAT, C.TRANSCRIPTIONS, C.STREAM}
     bad = PoolRoute(name="x", engine=Engine.VLLM, mode=CB, service="s", family=AUDIO_LM)
     with pytest.raises(ValueError, match=r"vllm/continuous \(audio-lm\) is not a valid pool"):
         _ = bad.capabilities

@@ -93,7 +93,14 @@ class CapabilitySet(BaseModel):
     stream_dialect: str = Field(
         default="openai-chunk",
         description="Shape of the engine's stream: 'openai-chunk' (vLLM's transcription.chunk "
-        "events) or 'raw-text' (bare text deltas, transformers serve).",
+        "events), 'raw-text' (bare text deltas, transformers serve) or 'chat-chunk' "
+        "(chat.completion.chunk events ending with a finish_reason: transcriptions through chat).",
+    )
+    transcribe_via_chat: bool = Field(
+        default=False,
+        description="The engine has no working transcription endpoint for the model, which is "
+        "a chat model that takes audio: the frontend asks its chat endpoint for the "
+        "transcript, with the audio and an instruction (the pool's transcription_prompt).",
     )
 
     def missing(self, needs: frozenset[Capability]) -> frozenset[Capability]:
@@ -176,17 +183,24 @@ CAPABILITIES: dict[tuple[Engine, Mode], CapabilitySet] = {
 
 
 # Audio language models: `transformers serve` chats with them, audio input included
-# (`cb_audio_lm_chat_audio`; streamed: `cb_audio_lm_chat_stream`), in both modes. They are
-# never batched (it batches text-only models alone and falls back to sequential generation),
-# and its transcription endpoint fails on their processors with a bare 500 in both modes
-# (`cb_audio_lm_transcription`, `audio_lm_transcription`). Other engines: not shown to serve
-# them.
+# (`cb_audio_lm_chat_audio`; streamed: `cb_audio_lm_chat_stream`, chat.completion.chunk
+# events whose last one has a finish_reason, no [DONE]), in both modes. They are never
+# batched (it batches text-only models alone and falls back to sequential generation), and
+# its transcription endpoint fails on their processors with a bare 500 in both modes
+# (`cb_audio_lm_transcription`, `audio_lm_transcription`). So they transcribe the way audio
+# language models are asked to: through chat, the audio and an instruction in one user
+# message (the frontend builds it; `chat_transcription_json`, `chat_transcription_stream`).
+# Their feature extractor is Whisper's: the first 30 s of audio. Other engines: not shown
+# to serve them.
 _TRANSFORMERS_AUDIO_LM = CapabilitySet(
-    capabilities=frozenset({C.CHAT, C.STREAM}),
+    capabilities=frozenset({C.CHAT, C.TRANSCRIPTIONS, C.STREAM}),
     max_concurrency=1,
     scale_target=2,
+    max_audio_seconds=30,
     audio_formats=_SOUNDFILE_FORMATS,
     native_formats=frozenset(),
+    stream_dialect="chat-chunk",
+    transcribe_via_chat=True,
 )
 FAMILY_CAPABILITIES: dict[ModelFamily, dict[tuple[Engine, Mode], CapabilitySet]] = {
     ModelFamily.WHISPER: CAPABILITIES,

@@ -201,6 +201,17 @@ class TranscriptionChunk(BaseModel):
     usage: ChunkUsage | None = None
 
 
+class ChatChunk(BaseModel):
+    """A `chat.completion.chunk` as a transcription's stream reads it (a transcription through
+    an audio language model's chat): its deltas, finish reason and usage."""
+
+    model_config = ConfigDict(extra="allow")
+
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChunkChoice] = Field(default_factory=list)
+    usage: ChunkUsage | None = None
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

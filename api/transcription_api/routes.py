@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily, capability_set
 
 ROUTES_KEY = "routes.json"
+# What an audio language model is asked with the audio, when it transcribes through chat.
+DEFAULT_TRANSCRIPTION_PROMPT = (
+    "Transcribe the speech in this audio verbatim. Answer with the transcript only."
+)
 
 
 class PoolRoute(BaseModel):
@@ -34,6 +38,11 @@ class PoolRoute(BaseModel):
         "aliases (transformers serve answers to the name it loaded, nothing else): the "
         "frontend replaces the request's `model` with it. None: the workers answer to every "
         "served name.",
+    )
+    transcription_prompt: str | None = Field(
+        default=None,
+        description="The instruction sent with the audio where the pool transcribes through "
+        "chat (an audio language model); None: DEFAULT_TRANSCRIPTION_PROMPT.",
     )
     endpoints: list[str] = Field(
         default_factory=list,

@@ -135,6 +135,12 @@ class ModelSpec(_Model):
                 "model.aliases must not repeat model.name",
                 field_path=".aliases",
             ),
+            cel(
+                "!has(self.transcriptionPrompt) || (has(self.family) && self.family == 'audio-lm')",
+                "model.transcriptionPrompt applies to family audio-lm only (a Whisper model "
+                "transcribes without one)",
+                field_path=".transcriptionPrompt",
+            ),
         )
     )
 
@@ -183,8 +189,17 @@ class ModelSpec(_Model):
         default=ModelFamily.WHISPER,
         description="What kind of model it is, which decides what each engine serves with it: "
         "'whisper' (speech-to-text: the audio endpoints) or 'audio-lm' (a chat model that "
-        "takes audio input, e.g. Qwen2-Audio or Voxtral: chat completions; engine "
-        "transformers only).",
+        "takes audio input, e.g. Qwen2-Audio or Voxtral: chat completions, and "
+        "transcriptions through chat; engine transformers only).",
+    )
+    transcription_prompt: str | None = Field(
+        default=None,
+        description="Family audio-lm: the instruction sent with the audio to transcribe it "
+        "through chat, e.g. Qwen2-Audio's 'Detect the language and recognize the speech: "
+        "<|en|>'. Default: 'Transcribe the speech in this audio verbatim. Answer with the "
+        "transcript only.' A request's `language` and `prompt` are added to it.",
+        min_length=1,
+        max_length=2000,
     )
 
     @property
@@ -639,6 +654,11 @@ def spec_problems(spec: TranscriptionDeploymentSpec) -> list[str]:
         out.append("model.aliases must be unique")
     if m.name in m.aliases:
         out.append("model.aliases must not repeat model.name")
+    if m.transcription_prompt is not None and m.family != ModelFamily.AUDIO_LM:
+        out.append(
+            "model.transcriptionPrompt applies to family audio-lm only (a Whisper model "
+            "transcribes without one)"
+        )
     names = [p.name for p in spec.pools]
     if len(set(names)) != len(names):
         out.append("pool names must be unique")

@@ -34,7 +34,7 @@ from transcription_api.errors import APIError, bad_request
 from transcription_api.routes import PoolRoute
 
 from .disconnect import cancel_on_disconnect
-from .engines import able, chat_body, chat_refusal
+from .engines import CHAT_PATH, able, chat_body, chat_refusal
 from .forward import JsonBody, WorkerAnswer
 from .gateway import Gateway
 from .metrics import Observation
@@ -44,7 +44,7 @@ from .respond import Reply, worker_error
 from .sniff import AudioInfo, probe
 from .streams import STREAM_ERRORS, stream_failed, worker_failed
 
-PATH = "/v1/chat/completions"
+PATH = CHAT_PATH
 
 
 async def complete(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
@@ -80,15 +80,15 @@ async def _pipeline(
 
     encoded: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
 
-    def body_for(pool: PoolRoute) -> JsonBody:
+    def request_for(pool: PoolRoute) -> tuple[str, JsonBody]:
         if pool.name not in encoded:
             encoded[pool.name] = chat_body(body, pool, primary)
-        return JsonBody(encoded[pool.name])
+        return PATH, JsonBody(encoded[pool.name])
 
     async with (
         cancel_on_disconnect(receive, answered),
         gw.forwarder.send(
-            pools, PATH, body_for, JsonBody(raw), request_id(scope), stream=request.stream
+            pools, request_for, JsonBody(raw), request_id(scope), stream=request.stream
         ) as answer,
     ):
         obs.pool = answer.pool.name

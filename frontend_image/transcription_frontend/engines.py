@@ -16,16 +16,17 @@ covers the request; when none is left, the client gets a 400 that says why.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from transcription_api.capabilities import Engine
 from transcription_api.errors import APIError, bad_request
-from transcription_api.openai import ResponseFormat, TranscriptionRequest
+from transcription_api.openai import ChunkUsage, ResponseFormat, TokenUsage, TranscriptionRequest
 from transcription_api.params import field
 from transcription_api.render import SEGMENT_FORMATS
-from transcription_api.routes import PoolRoute
+from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT, PoolRoute
 
 from .sniff import AudioInfo
 
@@ -53,6 +54,16 @@ CHAT_FIELDS: dict[Engine, frozenset[str]] = {
         "top_p", "user", "verbosity", "web_search_options",
     }),
 }  # fmt: skip
+
+
+CHAT_PATH = "/v1/chat/completions"
+# A transcription through chat (an audio language model, `transcribe_via_chat`) honours
+# these: `language` and `prompt` go into the instruction, `temperature` to generation.
+CHAT_TRANSCRIPTION_FIELDS = frozenset(
+    {"model", "stream", "language", "prompt", "response_format", "temperature"}
+)
+# The longest transcript asked for through chat: Whisper's own cap for 30 s of audio.
+TRANSCRIPT_MAX_TOKENS = 448
 
 
 def engine_format(requested: ResponseFormat, native: frozenset[str]) -> ResponseFormat:
@@ -156,7 +167,11 @@ def audio_refusal(pool: PoolRoute, audio: AudioInfo, param: str = "file") -> API
 
 def transcription_refusal(fields: list[tuple[str, str]], audio: AudioInfo) -> Refusal:
     def refusal(pool: PoolRoute) -> APIError | None:
-        accepted = TRANSCRIPTION_FIELDS.get(pool.engine)
+        accepted = (
+            CHAT_TRANSCRIPTION_FIELDS
+            if pool.capability_set.transcribe_via_chat
+            else TRANSCRIPTION_FIELDS.get(pool.engine)
+        )
         if accepted is not None:
             names = {k.removesuffix("[]") for k, _ in fields} - accepted
             if names:
@@ -209,3 +224,55 @@ def chat_body(body: dict[str, Any], pool: PoolRoute, primary: str) -> bytes:
     return json.dumps(
         {**body, "model": worker_model(pool, primary)}, ensure_ascii=False, separators=(",", ":")
     ).encode()
+
+
+# ------------------------------------------------------------- transcription through chat
+
+
+def transcription_instruction(pool: PoolRoute, request: TranscriptionRequest) -> str:
+    """What an audio language model is asked with the audio: the pool's instruction, plus
+    the request's language and prompt."""
+    text = pool.transcription_prompt or DEFAULT_TRANSCRIPTION_PROMPT
+    if request.language:
+        text += f" The speech is in the language with ISO-639-1 code '{request.language}'."
+    if request.prompt:
+        text += f" Earlier speech, or words and spellings it uses: {request.prompt}"
+    return text
+
+
+def chat_transcription(
+    audio: bytes, container: str, pool: PoolRoute, primary: str, request: TranscriptionRequest
+) -> bytes:
+    """A transcription request as a chat completion request for an audio language model:
+    one user message holding the audio (an `input_audio` part) and the instruction."""
+    content = [
+        {"type": "input_audio",
+         "input_audio": {"data": base64.b64encode(audio).decode(), "format": container}},
+        {"type": "text", "text": transcription_instruction(pool, request)},
+    ]  # fmt: skip
+    body: dict[str, Any] = {
+        "model": worker_model(pool, primary),
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": TRANSCRIPT_MAX_TOKENS,
+        "temperature": request.temperature,
+    }
+    if request.stream:
+        body["stream"] = True
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def transcript_of_chat(doc: Any) -> dict[str, Any]:
+    """A chat completion's answer as OpenAI's transcription JSON (`text`, `usage`); raises
+    ValueError when it is not a chat completion."""
+    try:
+        text = doc["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("no choices[0].message.content in its chat completion") from None
+    if not isinstance(text, str):
+        raise ValueError("its chat completion's content is not text")
+    out: dict[str, Any] = {"text": text.strip()}
+    if usage := doc.get("usage"):
+        u = ChunkUsage.model_validate(usage)
+        out["usage"] = TokenUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
+                                  total_tokens=u.total_tokens).model_dump()  # fmt: skip
+    return out

@@ -205,7 +205,8 @@ def worker_timed_out(pool: PoolRoute, url: str) -> APIError:
     )
 
 
-BodyFor = Callable[[PoolRoute], Body]
+# The path and the body of a request to one pool's engine.
+RequestFor = Callable[[PoolRoute], tuple[str, Body]]
 
 
 class Forwarder:
@@ -216,14 +217,14 @@ class Forwarder:
 
     @asynccontextmanager
     async def send(
-        self, pools: list[PoolRoute], path: str, body_for: BodyFor, held: Holdable,
+        self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
         request_id: str, stream: bool = False,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
         failure, holding `held` -- the upload, or the request's body -- while there is
-        none), for as long as the block runs; `body_for(pool)` is the body for that pool's
-        engine."""
-        answer = await self._send(pools, path, body_for, held, request_id, stream)
+        none), for as long as the block runs; `request_for(pool)` is the path and body for
+        that pool's engine."""
+        answer = await self._send(pools, request_for, held, request_id, stream)
         try:
             yield answer
         finally:
@@ -242,7 +243,7 @@ class Forwarder:
         return None
 
     async def _send(
-        self, pools: list[PoolRoute], path: str, body_for: BodyFor, held: Holdable,
+        self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
         request_id: str, stream: bool,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
@@ -265,9 +266,10 @@ class Forwarder:
             if attempts:
                 metrics.RETRIES.labels(pool=pool.name).inc()
             attempts += 1
+            path, body = request_for(pool)
             try:
-                answer = await self._attempt(pool, url, path, body_for(pool), request_id,
-                                             stream, pools[0].name)  # fmt: skip
+                answer = await self._attempt(pool, url, path, body, request_id, stream,
+                                             pools[0].name)  # fmt: skip
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
             except CONNECT_ERRORS as e:

@@ -34,9 +34,9 @@ from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
 from .disconnect import cancel_on_disconnect
-from .engines import able, engine_fields, transcription_refusal
+from .engines import CHAT_PATH, able, chat_transcription, engine_fields, transcription_refusal
 from .errors import internal_error
-from .forward import MultipartBody
+from .forward import JsonBody, MultipartBody
 from .gateway import Gateway
 from .metrics import Observation
 from .request_id import request_id
@@ -111,14 +111,22 @@ async def _pipeline(
         pools = choose_pools(gw.router, needs, upload.size)
         pools = able(pools, transcription_refusal(upload.fields, audio))
 
-        def body_for(pool: PoolRoute) -> MultipartBody:
-            return MultipartBody(engine_fields(upload.fields, pool, primary, request), upload)
+        chat: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
 
-        path = f"/v1/audio/{endpoint.value}"
+        def request_for(pool: PoolRoute) -> tuple[str, MultipartBody | JsonBody]:
+            if not pool.capability_set.transcribe_via_chat:
+                fields = engine_fields(upload.fields, pool, primary, request)
+                return f"/v1/audio/{endpoint.value}", MultipartBody(fields, upload)
+            if pool.name not in chat:
+                chat[pool.name] = chat_transcription(
+                    upload.read_all(), audio.container, pool, primary, request
+                )
+            return CHAT_PATH, JsonBody(chat[pool.name])
+
         async with (
             cancel_on_disconnect(receive, answered),
             gw.forwarder.send(
-                pools, path, body_for, upload, request_id(scope), stream=request.stream
+                pools, request_for, upload, request_id(scope), stream=request.stream
             ) as answer,
         ):
             obs.pool = answer.pool.name

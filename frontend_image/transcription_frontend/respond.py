@@ -20,6 +20,7 @@ from transcription_api.errors import APIError
 from transcription_api.openai import ResponseFormat, TranscriptionRequest
 from transcription_api.render import PLAIN, render
 
+from .engines import transcript_of_chat
 from .forward import WorkerAnswer
 from .streams import Translation, worker_failed
 
@@ -70,8 +71,10 @@ async def shape(answer: WorkerAnswer, request: TranscriptionRequest) -> Reply:
     if "json" in answer.content_type:
         try:
             body = json.loads(raw)
+            if answer.pool.capability_set.transcribe_via_chat:
+                body = transcript_of_chat(body)
         except ValueError as e:
-            raise worker_failed(answer.pool, "it sent invalid JSON") from e
+            raise worker_failed(answer.pool, f"it sent an unexpected answer: {e}") from e
     else:
         body = {"text": raw.decode("utf-8", "replace")}
     try:

@@ -15,7 +15,13 @@ from pydantic import ValidationError
 
 from transcription_api import sse
 from transcription_api.errors import APIError
-from transcription_api.openai import TextDelta, TextDone, TokenUsage, TranscriptionChunk
+from transcription_api.openai import (
+    ChatChunk,
+    TextDelta,
+    TextDone,
+    TokenUsage,
+    TranscriptionChunk,
+)
 from transcription_api.routes import PoolRoute
 
 from .forward import CONNECT_ERRORS
@@ -62,7 +68,12 @@ class Translation:
             yield sse.encode(self.error.event())
 
     async def _events(self) -> AsyncIterator[bytes]:
-        raw_text = self.pool.capability_set.stream_dialect == "raw-text"
+        dialect = self.pool.capability_set.stream_dialect
+        raw_text = dialect == "raw-text"
+        # A chat stream (a transcription through chat) is one chunk model minus the
+        # transcription.chunk fields; it ends with a finish_reason (transformers: no [DONE]).
+        chat = dialect == "chat-chunk"
+        chunk_model = ChatChunk if chat else TranscriptionChunk
         text: list[str] = []
         usage: TokenUsage | None = None
         finished = raw_text  # bare-text streams end without [DONE]
@@ -84,9 +95,10 @@ class Translation:
                     self.error = worker_failed(self.pool, f"mid-stream: {err.message}")
                     return
                 try:
-                    chunk = TranscriptionChunk.model_validate(doc)
+                    chunk = chunk_model.model_validate(doc)
                 except ValidationError:
                     continue
+                finished = finished or (chat and any(c.finish_reason for c in chunk.choices))
                 if chunk.usage:
                     u = chunk.usage
                     usage = TokenUsage(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from transcription_api.capabilities import Engine
+from transcription_api.capabilities import Engine, ModelFamily
 from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable
 from transcription_api.v1alpha1 import (
     API_VERSION,
@@ -423,6 +423,9 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 family=p.family,
                 worker_model=worker_settings(td, p).model_reference
                 if p.engine == Engine.TRANSFORMERS
+                else None,
+                transcription_prompt=td.spec.model.transcription_prompt
+                if p.family == ModelFamily.AUDIO_LM
                 else None,
             )
             for p in the_plan.pools

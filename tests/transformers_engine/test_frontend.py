@@ -26,11 +26,12 @@ from tests import standins
 from tests.audio import SENTENCES, convert, speak, tone_wav, wer
 from tests.conftest import make_td
 from tests.standins import free_port
-from tests.transformers_engine.conftest import WHISPER, Server, launch
+from tests.transformers_engine.conftest import WHISPER, Server, check_recording, launch
 from tests.transformers_engine.test_split import frontend, with_endpoints
-from transcription_api.capabilities import Engine, Mode, capability_set
-from transcription_api.routes import RouteTable
-from transcription_frontend.engines import CHAT_FIELDS, TRANSCRIPTION_FIELDS
+from transcription_api.capabilities import Engine, Mode, ModelFamily, capability_set
+from transcription_api.params import parse_request
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.engines import CHAT_FIELDS, TRANSCRIPTION_FIELDS, chat_transcription
 from transcription_operator.children import route_table, worker_settings
 from transcription_operator.plan import plan
 
@@ -70,11 +71,12 @@ def deployment(
 def chat_deployment(
     checkpoints: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Server, str, openai.OpenAI]]:
-    """An audio LM baked into the image, served in continuous mode, chat traffic only."""
+    """An audio LM baked into the image, served in continuous mode: chat and transcription
+    traffic, one pool (it transcribes through chat)."""
     spec = {"model": {"name": AUDIO_LM, "aliases": ["qwen"], "family": "audio-lm",
                       "source": "image", "path": str(checkpoints / "audio-lm")},
             "engine": "transformers", "pools": [{"name": "batch", "mode": "continuous"}],
-            "traffic": {"endpoints": ["chat"], "features": ["stream"]}}  # fmt: skip
+            "traffic": {"endpoints": ["chat", "transcriptions"], "features": ["stream"]}}  # fmt: skip
     with deployment(spec, checkpoints, tmp_path_factory.mktemp("chat")) as (table, server, url):
         assert [(p.name, p.worker_model) for p in table.pools] == [
             ("batch", str(checkpoints / "audio-lm"))]  # fmt: skip
@@ -130,6 +132,57 @@ def test_chat_stream_through_the_frontend(chat_deployment: Any) -> None:
     through = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
         "model": "qwen", "messages": messages, "max_tokens": 5, "stream": True}).text  # fmt: skip
     assert through.endswith("data: [DONE]\n\n")
+
+
+def short(body: bytes, max_tokens: int = 5) -> bytes:
+    """The same chat request with a short generation: the recordings keep the shape of the
+    answer, not hundreds of random-weight tokens."""
+    return json.dumps({**json.loads(body), "max_tokens": max_tokens}).encode()
+
+
+def starts_with(text: str, words: list[str]) -> bool:
+    """Whether a random-weight model's answer starts with these words: long generations
+    drift between runs (its logits are nearly tied), their start does not."""
+    return text.split()[: len(words)] == words
+
+
+def test_chat_and_transcription_share_one_deployment(chat_deployment: Any, wav: Path) -> None:
+    """The same audio LM, the same pool: a transcription goes to its chat endpoint with the
+    audio and the instruction, and comes back in OpenAI's transcription shapes."""
+    server, _, client = chat_deployment
+    audio = wav.read_bytes()
+    pool = PoolRoute(name="batch", engine=Engine.TRANSFORMERS, mode=Mode.CONTINUOUS,
+                     service="s", family=ModelFamily.AUDIO_LM, worker_model=server.model)  # fmt: skip
+    headers = {"content-type": "application/json"}
+    asked = chat_transcription(audio, "wav", pool, AUDIO_LM, parse_request([]))
+    straight = httpx.post(f"{server.url}/v1/chat/completions", content=short(asked),
+                          headers=headers, timeout=300)  # fmt: skip
+    check_recording("chat_transcription_json", straight, {server.model: "<checkpoint>"})
+    assert straight.status_code == 200, straight.text
+    assert straight.json()["usage"]["prompt_tokens"] > 100  # the audio reached the model
+    # The first words of the short answer (its last may be cut mid-word).
+    want = straight.json()["choices"][0]["message"]["content"].split()[:-1]
+    assert want
+    out = client.audio.transcriptions.create(model="qwen", file=("a.wav", audio))
+    assert starts_with(out.text, want)  # random weights: the words are noise, not speech
+    text = client.audio.transcriptions.create(model="qwen", file=("a.wav", audio),
+                                              response_format="text")  # fmt: skip
+    assert starts_with(text, want) and text.endswith("\n")
+    streamed = chat_transcription(audio, "wav", pool, AUDIO_LM, parse_request([("stream", "true")]))
+    raw = httpx.post(f"{server.url}/v1/chat/completions", content=short(streamed),
+                     headers=headers, timeout=300)  # fmt: skip
+    check_recording("chat_transcription_stream", raw, {server.model: "<checkpoint>"})
+    assert "[DONE]" not in raw.text and '"finish_reason":"length"' in raw.text
+    events = list(client.audio.transcriptions.create(model="qwen", file=("a.wav", audio),
+                                                     stream=True))  # fmt: skip
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}
+    assert events[-1].text == "".join(e.delta for e in events[:-1])  # type: ignore[union-attr]
+    assert starts_with(events[-1].text, want)
+    # And the same deployment still chats.
+    r = client.chat.completions.create(model="qwen", max_tokens=5,
+                                       messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    assert r.model == AUDIO_LM and r.choices[0].message.content
 
 
 def test_audio_in_another_container_than_it_says(
