@@ -264,3 +264,35 @@ def operator_in_cluster(
     finally:
         helm("uninstall", release, "-n", system_ns, check=False, kubeconfig=cluster)
         kubectl.run("delete", "namespace", system_ns, "--wait=false", check=False)
+
+
+@contextlib.contextmanager
+def deployed_on_the_real_node(
+    kubectl: Kubectl, cluster: Path, resource: dict[str, Any], prefix: str, release: str,
+    timeout: float, extra: tuple[str, ...] = (),
+) -> Iterator[tuple[str, str, str]]:  # fmt: skip
+    """`resource` in a fresh namespace that enforces PodSecurity `restricted`, reconciled by
+    the chart's operator running in the cluster, and Ready (real pods, real probes). Yields
+    the namespace, the operator's namespace and the release; deletes them afterwards."""
+    from test_operator import wait_ready
+
+    ns = create_namespace(kubectl, prefix, simulated=False)
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    name = resource["metadata"]["name"]
+    with operator_in_cluster(kubectl, cluster, release, ns, extra) as (system_ns, rel):
+        kubectl.apply(resource, ns)
+        try:
+            wait_ready(kubectl, ns, name, timeout=timeout)
+            yield ns, system_ns, rel
+        finally:
+            kubectl.run("delete", "tdeploy", name, "-n", ns, "--wait=false", check=False)
+            kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """espeak-ng speaking each test sentence, as WAV files."""
+    from tests.audio import SENTENCES, speak
+
+    d = tmp_path_factory.mktemp("speech")
+    return {s: speak(s, d) for s in SENTENCES}

@@ -27,9 +27,9 @@ import pytest
 
 import images
 import testbed
-from conftest import Kubectl, create_namespace, operator_in_cluster, wait_for
+from conftest import Kubectl, deployed_on_the_real_node, wait_for
 from test_operator import SAMPLES, wait_ready
-from tests.audio import SENTENCES, speak, wer
+from tests.audio import wer
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
@@ -70,23 +70,11 @@ def resource() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def stack(kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None) -> Iterator[Stack]:
-    ns = create_namespace(kubectl, "r", simulated=False)
-    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-    with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, release):
-        kubectl.apply(resource(), ns)
-        try:
-            # Real pods: the worker loads Whisper before its startup probe passes.
-            wait_ready(kubectl, ns, NAME, timeout=300)
-            yield Stack(kubectl, ns, system_ns, release)
-        finally:
-            kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
-            kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("speech")
-    return {s: speak(s, d) for s in SENTENCES}
+    # Real pods: the worker loads Whisper before its startup probe passes.
+    with deployed_on_the_real_node(kubectl, cluster, resource(), "r", RELEASE, timeout=300) as (
+        ns, system_ns, release,
+    ):  # fmt: skip
+        yield Stack(kubectl, ns, system_ns, release)
 
 
 def client(base_url: str) -> openai.OpenAI:

@@ -23,9 +23,8 @@ import pytest
 
 import images
 import testbed
-from conftest import Kubectl, create_namespace, operator_in_cluster
-from test_operator import wait_ready
-from tests.audio import SENTENCES, speak, wer
+from conftest import Kubectl, deployed_on_the_real_node
+from tests.audio import wer
 
 NAME = "whisper-transformers"
 CHECKPOINT = "/models/whisper-tiny.en"
@@ -64,24 +63,11 @@ def worker_image(real_node: str) -> str:
 def namespace(
     kubectl: Kubectl, cluster: Path, worker_image: str, crd_installed: None
 ) -> Iterator[str]:
-    ns = create_namespace(kubectl, "tf", simulated=False)
-    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     extra = ("--set", f"defaultImages.transformers={worker_image}")
-    with operator_in_cluster(kubectl, cluster, "tf-operator", ns, extra):
-        kubectl.apply(RESOURCE, ns)
-        try:
-            # torch's import and the checkpoint's load come before the startup probe passes.
-            wait_ready(kubectl, ns, NAME, timeout=420)
-            yield ns
-        finally:
-            kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
-            kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("speech")
-    return {s: speak(s, d) for s in SENTENCES}
+    # torch's import and the checkpoint's load come before the startup probe passes.
+    with deployed_on_the_real_node(kubectl, cluster, RESOURCE, "tf", "tf-operator",
+                                   timeout=420, extra=extra) as (ns, _, _):  # fmt: skip
+        yield ns
 
 
 def worker_pod(kubectl: Kubectl, ns: str, pool: str) -> dict[str, Any]:
