@@ -206,16 +206,24 @@ def frontend_rollout(s: Scaling) -> Result:
 def worker_killed(s: Scaling) -> Result:
     def act() -> float:
         pod = _a_ready_pod(s, "worker")
+        name = pod["metadata"]["name"]
         restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         start = time.monotonic()
         os.kill(container_pid(pod), signal.SIGKILL)
-        wait_for(
-            lambda: any(p["metadata"]["name"] == pod["metadata"]["name"]
-                        and _all_ready([p])
-                        and p["status"]["containerStatuses"][0]["restartCount"] > restarts
-                        for p in s.pods("worker")),
-            timeout=300, interval=1, what="the killed worker restarted and ready",
-        )  # fmt: skip
+
+        def back() -> bool:
+            pods = s.pods("worker")
+            same = [p for p in pods if p["metadata"]["name"] == name]
+            if not same:  # a scale-down removed it (a ReplicaSet takes unready pods first)
+                return bool(pods) and _all_ready(pods)
+            return _all_ready(same) and (
+                same[0]["status"]["containerStatuses"][0]["restartCount"] > restarts
+            )
+
+        try:
+            wait_for(back, timeout=300, interval=1, what="the killed worker restarted and ready")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; worker pods now: {pod_states(s.pods('worker'))}") from None
         return time.monotonic() - start
 
     return _during(s, "worker container SIGKILL", 3, act)
@@ -311,6 +319,20 @@ def _all_ready(pods: list[dict[str, Any]]) -> bool:
         (statuses := p["status"].get("containerStatuses")) and all(c["ready"] for c in statuses)
         for p in pods
     )
+
+
+def pod_states(pods: list[dict[str, Any]]) -> list[str]:
+    """Each pod's name, phase and containers (ready, restarts, state): what a failed wait
+    for pods reports."""
+    out = []
+    for p in pods:
+        containers = []
+        for c in p["status"].get("containerStatuses") or []:
+            [(state, detail)] = (c.get("state") or {"unknown": {}}).items()
+            why = detail.get("reason") or detail.get("exitCode") or ""
+            containers.append(f"ready={c['ready']} restarts={c['restartCount']} {state} {why}")
+        out.append(f"{p['metadata']['name']} {p['status'].get('phase')} [{'; '.join(containers)}]")
+    return out
 
 
 def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
