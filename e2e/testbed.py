@@ -213,9 +213,11 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         cmd += ["-o", out, *(t.binaries[b] for b in names)]
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
         proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
-        while proc.poll() is None:
-            time.sleep(30)
-            if proc.poll() is None:
+        while True:  # progress every 30 s; on to the next build as soon as this one ends
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
                 say(f"    ... still building {t.name} ({time.monotonic() - start:.0f}s)")
         if proc.returncode:
             shutil.rmtree(tmp, ignore_errors=True)
