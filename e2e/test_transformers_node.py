@@ -108,11 +108,14 @@ def test_each_worker_transcribes_on_its_own(
     kubectl: Kubectl, namespace: str, speech: dict[str, Path], pool: str
 ) -> None:
     """Straight to the pod: the server answers to the checkpoint's path, nothing else."""
-    ip = worker_pod(kubectl, namespace, pool)["status"]["podIP"]
+    pod = worker_pod(kubectl, namespace, pool)
     sentence, wav = next(iter(speech.items()))
-    r = httpx.post(f"http://{ip}:8000/v1/audio/transcriptions", timeout=120,
+    r = httpx.post(f"http://{pod['status']['podIP']}:8000/v1/audio/transcriptions", timeout=120,
                    data={"model": CHECKPOINT}, files={"file": ("a.wav", wav.read_bytes())})  # fmt: skip
-    assert r.status_code == 200, r.text
+    if r.status_code != 200:
+        logs = kubectl.run("logs", "-n", namespace, pod["metadata"]["name"], "--tail=40",
+                           check=False).stdout  # fmt: skip
+        raise AssertionError(f"{r.status_code} {r.text}; the worker's log ends:\n{logs}")
     assert wer(sentence, r.json()["text"]) <= 0.25, r.text
 
 
