@@ -10,7 +10,8 @@
   7. pools      the pools that cover the needs, continuous first,         (routing.py)
                 whose engines take its fields, container and duration     (engines.py)
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
-                while its pools have none (scale from zero)                 hold.py)
+                while its pools have none (scale from zero); an audio        hold.py)
+                language model's pool is asked through its chat endpoint   (engines.py)
   9. respond    the answer rendered or streamed to the client             (respond.py)
 
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
