@@ -49,15 +49,14 @@ apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/* /usr/share/doc/* /usr/share/man/*
 """
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
 # The source files a project image copies (see the Dockerfiles' COPY lines), less
 # README.md, which only becomes the package's description: editing it rebuilds nothing.
-PROJECT_SOURCES = (
-    "pyproject.toml",
-    "api",
-    "operator",
-    "frontend_image",
-    "worker_image",
-)
+# Each image copies the shared API package and its own: a frontend change does not rebuild
+# the 6 GB transformers worker.
+def sources(package: str) -> tuple[str, ...]:
+    return ("pyproject.toml", "api", package)
 
 
 def cache_dir() -> Path:
@@ -79,26 +78,31 @@ class Image:
     name: str
     dockerfile: str = ""  # relative to the repository root; empty for base and pause
     build_args: dict[str, str] = field(default_factory=dict)
-    sources: tuple[str, ...] = PROJECT_SOURCES
+    sources: tuple[str, ...] = ()
     # A test-bed binary (Containerfile.binary): its name in the image, and the path of the
     # built binary, which the test bed resolves (its cache entry names version and recipe).
     binary: str = ""
 
 
-BASE = Image("base", sources=())
+BASE = Image("base")
 PAUSE = Image("pause", "e2e/images/Containerfile.pause", sources=("e2e/images",))
-OPERATOR = Image("operator", "operator/Dockerfile")
-FRONTEND = Image("frontend", "frontend_image/Dockerfile")
-WORKER_CPU = Image("worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"})
+OPERATOR = Image("operator", "operator/Dockerfile", sources=sources("operator"))
+FRONTEND = Image("frontend", "frontend_image/Dockerfile", sources=sources("frontend_image"))
+WORKER_CPU = Image(
+    "worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"}, sources("worker_image")
+)
 BINARY_FILE = "e2e/images/Containerfile.binary"
-COREDNS = Image("coredns", BINARY_FILE, sources=(), binary="coredns")
-KEDA = Image("keda", BINARY_FILE, sources=(), binary="keda")
-KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, sources=(), binary="keda-adapter")
+COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
+KEDA = Image("keda", BINARY_FILE, binary="keda")
+KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
 # Built only when a suite asks for it (e2e/test_transformers_node.py), then kept imported:
 # about 6 GB, because PyPI's Linux torch wheel carries the CUDA libraries.
 WORKER_TRANSFORMERS = Image(
-    "worker-transformers", "worker_image/Dockerfile.transformers", {"BAKE_MODEL": "1"}
+    "worker-transformers",
+    "worker_image/Dockerfile.transformers",
+    {"BAKE_MODEL": "1"},
+    sources("worker_image"),
 )
 ON_DEMAND = (WORKER_TRANSFORMERS,)
 # The images that hold no test-bed binary: they can build while the binaries compile.
