@@ -95,7 +95,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.reconnect_backoff = 1.0
-    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    # A request (a watch's listing included) retries for about 3 minutes before it gives up:
+    # an API-server restart (a 60 s graceful shutdown, then the start) must not exhaust the
+    # retries, since a 5xx that escalates ends kopf's watch-stream and the operator with it.
+    settings.networking.error_backoffs = [1, 2, 5] + [10] * 18
     # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
     # namespace to match them, which a namespaced operator may not (403 at each start).
     settings.scanning.disabled = bool(RUNTIME.namespaces)
