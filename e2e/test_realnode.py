@@ -217,13 +217,18 @@ def transcribe_all(base_url: str, speech: dict[str, Path]) -> dict[str, float]:
         if fmt in ("srt", "vtt"):
             assert "-->" in text, text
         rates[f"{fmt}: {sentence}"] = wer(sentence, re.sub(r"(?m)^(\d+|WEBVTT|.*-->.*)$", "", text))
+    rates.update(stream_wer(c, speech))
+    return rates
+
+
+def stream_wer(c: openai.OpenAI, speech: dict[str, Path]) -> dict[str, float]:
+    """The last sentence streamed: OpenAI's delta events, then done with the whole text."""
     sentence, wav = list(speech.items())[-1]
     with wav.open("rb") as f:
         events = list(c.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
     kinds = [e.type for e in events]
     assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds, kinds
-    rates[f"stream: {sentence}"] = wer(sentence, events[-1].text)
-    return rates
+    return {f"stream: {sentence}": wer(sentence, events[-1].text)}
 
 
 def report(path: str, rates: dict[str, float]) -> None:

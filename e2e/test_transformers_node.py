@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from test_realnode import report
+from test_realnode import report, stream_wer
 
 import images
 import testbed
@@ -131,12 +131,7 @@ def test_openai_client_transcribes_through_the_service(
         with wav.open("rb") as f:
             out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
         rates[f"{fmt}: {sentence}"] = wer(sentence, out if isinstance(out, str) else out.text)
-    sentence, wav = list(speech.items())[-1]
-    with wav.open("rb") as f:
-        events = list(c.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
-    kinds = [e.type for e in events]
-    assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds, kinds
-    rates[f"stream: {sentence}"] = wer(sentence, events[-1].text)
+    rates.update(stream_wer(c, speech))
     report("transformers on the real node", rates)
 
 

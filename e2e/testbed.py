@@ -505,7 +505,7 @@ def start_real_node() -> None:
         say(f"the real node belongs to cluster {owner!r}; {CLUSTER!r} runs without one")
         return
     start = time.monotonic()
-    refs = images.build()
+    refs = images.refs()  # built by up() (build_all)
     n = node()
     say(f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy)")
     n.up()
