@@ -209,8 +209,8 @@ def test_unknown_fields_are_rejected() -> None:
         )
 
 
-def test_readme_spec_reference_is_current() -> None:
+def test_docs_spec_reference_is_current() -> None:
     from transcription_api import reference
 
-    text = reference.README.read_text()
+    text = reference.PAGE.read_text()
     assert reference.render() in text, "run `python -m transcription_api.reference --write`"
