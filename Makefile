@@ -17,7 +17,7 @@ VLLM_VENV := $(ENVS)/vllm-$(VLLM_VERSION)
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 .PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
-        test test-fast lint crds protos demo demo-down clean install.yaml bench
+        test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
 
 help:
 	@echo "make demo        bring up the local test bed and the demo (see README)"
@@ -96,10 +96,12 @@ testbed-down:
 testbed-status:
 	$(PYTHON) e2e/testbed.py status
 
+# The docs site (docs/, mkdocs.yml) is built --strict: a broken link or anchor fails it.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # On a fresh machine the two heavy Python environments download while the test bed's Go
 # builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum.
@@ -125,6 +127,11 @@ demo-down:
 
 install.yaml: $(STAMP)
 	$(BIN)/python charts/render_install.py
+
+# The chart's README: its values table comes from values.yaml and values.schema.json;
+# tests/test_chart_readme.py fails when it is stale.
+chart-readme: $(STAMP)
+	$(BIN)/python charts/render_readme.py
 
 # KEDA's external scaler messages (frontend); tests/test_scaler.py fails when they are stale.
 protos: $(STAMP)
