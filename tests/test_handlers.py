@@ -13,7 +13,7 @@ import pytest
 from kopf._cogs.structs.references import Resource
 
 from transcription_api.v1alpha1 import API_VERSION, KIND
-from transcription_operator import handlers, metrics
+from transcription_operator import handlers, manager, metrics
 from transcription_operator.leader import ElectionConfig
 from transcription_operator.reconciler import Result
 
@@ -76,13 +76,13 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def main() -> None:
-        rt = handlers.Runtime()
-        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        rt = manager.Runtime()
+        monkeypatch.setattr(manager, "RUNTIME", rt)
         recorder, election = Recorder(), Election()
         rt.reconciler = recorder  # type: ignore[assignment]
         rt.election = election  # type: ignore[assignment]
-        workers = [asyncio.create_task(handlers._worker(i)) for i in range(2)]
-        handlers._stopped_leading()
+        workers = [asyncio.create_task(manager._worker(i)) for i in range(2)]
+        manager._stopped_leading()
         # Standing by: events fill the cache and the queue, nothing is reconciled.
         for name in ("a", "b"):
             rt.cache.put(td(name))
@@ -91,7 +91,7 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         assert recorder.calls == [] and metrics.LEADER._value.get() == 0
         # Elected: every known resource at once, not only those with a queued event.
         election.leading = True
-        handlers._started_leading()
+        manager._started_leading()
         await settle()
         assert sorted(recorder.calls) == [("ns", "a"), ("ns", "b")]
         assert metrics.LEADER._value.get() == 1
@@ -100,12 +100,12 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         rt.queue.add(("ns", "a"))
         await settle()
         assert len(recorder.calls) == 2
-        handlers._stopped_leading()
+        manager._stopped_leading()
         await settle()
         assert len(recorder.calls) == 2 and rt.queue.depth == 1  # kept for the next term
         # Leading again: the waiting key and everything else.
         election.leading = True
-        handlers._started_leading()
+        manager._started_leading()
         await settle()
         assert sorted(recorder.calls[2:]) == [("ns", "a"), ("ns", "b")]
         for w in workers:
@@ -119,8 +119,8 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def main() -> None:
-        rt = handlers.Runtime()
-        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        rt = manager.Runtime()
+        monkeypatch.setattr(manager, "RUNTIME", rt)
         election = Election()
         election.leading = True
         rt.election = election  # type: ignore[assignment]
@@ -133,12 +133,12 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
                 return Result("unchanged")
 
         rt.reconciler = Slow()  # type: ignore[assignment]
-        handlers._started_leading()
-        worker = asyncio.create_task(handlers._worker(0))
+        manager._started_leading()
+        worker = asyncio.create_task(manager._worker(0))
         rt.queue.add(("ns", "a"))
         await asyncio.sleep(0.05)
         assert rt.in_flight == 1
-        await handlers._hand_over(election)  # type: ignore[arg-type]
+        await manager._hand_over(election)  # type: ignore[arg-type]
         order.append("released" if election.released else "kept")
         assert order == ["reconciled", "released"]
         assert not rt.leading.is_set() and metrics.LEADER._value.get() == 0
@@ -151,7 +151,7 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
 def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither leading nor standing by is no state to stay in: the process is restarted."""
     sent: list[int] = []
-    monkeypatch.setattr(handlers.os, "kill", lambda pid, sig: sent.append(sig))
+    monkeypatch.setattr(manager.os, "kill", lambda pid, sig: sent.append(sig))
 
     async def main() -> None:
         async def broken() -> None:
@@ -159,13 +159,13 @@ def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatc
 
         failed = asyncio.create_task(broken())
         await asyncio.gather(failed, return_exceptions=True)
-        handlers._election_ended(failed)
+        manager._election_ended(failed)
         assert sent == [signal.SIGTERM]
         cancelled = asyncio.create_task(asyncio.sleep(10))
         await asyncio.sleep(0)
         cancelled.cancel()
         await asyncio.gather(cancelled, return_exceptions=True)
-        handlers._election_ended(cancelled)  # shutdown: nothing more
+        manager._election_ended(cancelled)  # shutdown: nothing more
         assert sent == [signal.SIGTERM]
 
     asyncio.run(main())
@@ -207,21 +207,21 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
     """kopf's relist after a gap reports what exists, never what was deleted meanwhile:
     the operator relists itself once kopf's listings settle, forgets the deleted child and
     reconciles its resource (which applies it again)."""
-    monkeypatch.setattr(handlers, "RELIST_SETTLE_SECONDS", 0.05)
-    monkeypatch.setattr(handlers, "RELIST_RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(manager, "RELIST_SETTLE_SECONDS", 0.05)
+    monkeypatch.setattr(manager, "RELIST_RETRY_SECONDS", 0.05)
 
     async def main() -> None:
-        rt = handlers.Runtime()
-        monkeypatch.setattr(handlers, "RUNTIME", rt)
+        rt = manager.Runtime()
+        monkeypatch.setattr(manager, "RUNTIME", rt)
         scaler, frontend = child("Service", "w-scaler", "w"), child("Service", "w", "w")
         resource = {
             **td("w"),
             "metadata": {**td("w")["metadata"], "uid": "u-w", "resourceVersion": "1"},
         }
         kube = Lister({KIND: [resource], "Service": [scaler, frontend]})
-        handlers.relist(kube, ())  # type: ignore[arg-type]
+        manager.relist(kube, ())  # type: ignore[arg-type]
         assert rt.cache.get("Service", "ns", "w-scaler") is not None
-        relister = asyncio.create_task(handlers._relister(kube))  # type: ignore[arg-type]
+        relister = asyncio.create_task(manager._relister(kube))  # type: ignore[arg-type]
         kube.objs = None  # the API server goes away; the scaler Service is deleted meanwhile
         # kopf's watches come back and list what exists (as events with no type).
         await handlers.resource_event(event={"type": None}, body=resource)  # type: ignore[arg-type]

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import make_td
+from transcription_operator.cache import Cache
 from transcription_operator.config import OperatorConfig
 from transcription_operator.kube import KubeError
 from transcription_operator.names import MANAGED_BY_LABEL
-from transcription_operator.reconciler import Cache, Reconciler, RetryLater, is_subset
+from transcription_operator.reconciler import Reconciler, RetryLater, is_subset
 
 
 def test_fields_the_api_server_adds_are_not_drift() -> None:
@@ -250,7 +251,7 @@ def test_pods_and_their_events_are_indexed_by_resource() -> None:
     import json
     from pathlib import Path
 
-    from transcription_operator.reconciler import Pods
+    from transcription_operator.cache import Pods
 
     doc = json.loads(
         (Path(__file__).parent / "fixtures" / "pods" / "startup-probe.json").read_text()
@@ -281,7 +282,7 @@ def test_pods_and_their_events_are_indexed_by_resource() -> None:
 
 
 def test_the_cache_never_goes_back_to_an_older_version() -> None:
-    from transcription_operator.reconciler import Cache
+    from transcription_operator.cache import Cache
 
     cache = Cache()
 
@@ -301,7 +302,7 @@ def test_the_cache_never_goes_back_to_an_older_version() -> None:
 def test_a_relist_forgets_what_was_deleted_while_the_watch_was_away() -> None:
     """As an informer's relist: the listing is the truth, except for what the watches
     stored or dropped after the listing began (they are newer)."""
-    from transcription_operator.reconciler import Cache
+    from transcription_operator.cache import Cache
 
     cache = Cache()
 

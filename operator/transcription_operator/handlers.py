@@ -1,82 +1,27 @@
-"""kopf wiring: thin handlers that feed a watch cache and a work queue.
+"""kopf wiring: thin handlers that feed the watch caches and the work queue (`manager.py`).
 
 kopf is used for what it does well -- watching, login, liveness, graceful shutdown -- and
 only through *event* handlers, which kopf keeps no bookkeeping for: no annotations, no
 finalizers, no status fields are written by kopf (GitOps tools see no drift). Every event
-of a resource or of one of its children enqueues the resource; queue workers run the
-level-triggered `Reconciler` (in a thread, as the official client is synchronous), with
-per-resource exclusivity, exponential backoff on API errors and a periodic resync.
+of a resource or of one of its children records the object and enqueues the resource; the
+manager's workers reconcile it.
 
-With leader election (`--leader-elect`, `leader.py`), every replica watches and keeps its
-cache hot, but only the leader's workers reconcile (and so write children, status and
-Events). A replica that becomes leader enqueues every resource it knows at once; one that
-loses the lease stops taking keys at once (a reconcile in flight finishes).
-
-Status explains pods that are not ready from two more watch streams, filtered by the API
-server so that only what status reads arrives: the operator's pods (by label) and Warning
-Events about pods (by field). A reconcile reads them from memory: no request per pod, ever.
+Importing this module registers the handlers with kopf.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
-import logging
-import os
-import signal
 from typing import Any
 
 import kopf
 
 from transcription_api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
-from . import metrics
-from .config import OperatorConfig
-from .kinds import CHILDREN, RESOURCE, Kind
-from .kube import Kube, KubeError
-from .leader import ElectionConfig, LeaderElection, LeaseLock
-from .names import INSTANCE_LABEL, MANAGED_BY_LABEL, MANAGED_SELECTOR, PART_OF
-from .queue import WorkQueue
-from .reconciler import Cache, Pods, Reconciler
-
-log = logging.getLogger("transcription_operator")
-
-WORKERS = 4
-RESYNC_SECONDS = 300.0
-RELIST_SETTLE_SECONDS = 1.0
-RELIST_RETRY_SECONDS = 5.0
-# Server-side filters of the two streams status reads.
-POD_SELECTOR = MANAGED_SELECTOR
-EVENT_SELECTOR = "involvedObject.kind=Pod,type=Warning"
-
-
-class Runtime:
-    """The process-wide state the handlers share; set up at startup."""
-
-    def __init__(self) -> None:
-        self.cache = Cache()
-        self.pods = Pods()
-        self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
-        self.reconciler: Reconciler | None = None
-        self.tasks: list[asyncio.Task[None]] = []
-        self.kubeconfig: str | None = None
-        self.namespaces: tuple[str, ...] = ()  # empty: every namespace
-        self.election_config: ElectionConfig | None = None  # None: no leader election
-        self.election: LeaderElection | None = None
-        self.election_task: asyncio.Task[None] | None = None
-        # Set while the workers may take keys (always, without leader election).
-        self.leading = asyncio.Event()
-        self.in_flight = 0
-        self.idle = asyncio.Event()  # set while no reconcile is in flight
-        self.idle.set()
-        self.relist_wanted = asyncio.Event()  # kopf listed objects: a watch (re)started
-
-    def may_reconcile(self) -> bool:
-        return self.election is None or self.election.is_leading()
-
-
-RUNTIME = Runtime()
+from . import manager
+from .cache import EVENT_SELECTOR, POD_SELECTOR, instance_of
+from .kinds import CHILDREN, Kind
+from .kube import Kube
+from .names import MANAGED_BY_LABEL, PART_OF
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -101,7 +46,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.error_backoffs = [1, 2, 5] + [10] * 18
     # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
     # namespace to match them, which a namespaced operator may not (403 at each start).
-    settings.scanning.disabled = bool(RUNTIME.namespaces)
+    settings.scanning.disabled = bool(manager.RUNTIME.namespaces)
     # Only our pods, and only Warning Events about pods, leave the API server.
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
     settings.watching.field_selectors["v1", "events"] = EVENT_SELECTOR
@@ -110,125 +55,44 @@ def configure(settings: kopf.OperatorSettings) -> None:
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """The same credentials as our own client: --kubeconfig, else in-cluster, else default."""
-    if not RUNTIME.kubeconfig:
+    if not manager.RUNTIME.kubeconfig:
         return kopf.login_via_client(**kwargs)
-    cfg = Kube.connect(RUNTIME.kubeconfig).api.configuration
-    # The client keeps a token as "Bearer <token>" under "BearerToken" (older releases:
-    # "authorization"), with or without an api_key_prefix.
-    token = None
-    for key, value in (cfg.api_key or {}).items():
-        prefix = (cfg.api_key_prefix or {}).get(key, "")
-        token = f"{prefix} {value}".strip().removeprefix("Bearer ").strip() or None
+    cfg = Kube.connect(manager.RUNTIME.kubeconfig).api.configuration
     return kopf.ConnectionInfo(
         server=cfg.host,
         ca_path=cfg.ssl_ca_cert,
         insecure=not cfg.verify_ssl,
         certificate_path=cfg.cert_file,
         private_key_path=cfg.key_file,
-        token=token,
+        token=_token(cfg),
     )
+
+
+def _token(cfg: Any) -> str | None:
+    """The bearer token of a client configuration, if it has one."""
+    # The client keeps a token as "Bearer <token>" under "BearerToken" (older releases:
+    # "authorization"), with or without an api_key_prefix.
+    token = None
+    for key, value in (cfg.api_key or {}).items():
+        prefix = (cfg.api_key_prefix or {}).get(key, "")
+        token = f"{prefix} {value}".strip().removeprefix("Bearer ").strip() or None
+    return token
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     configure(settings)
-    kube = Kube.connect(RUNTIME.kubeconfig)
-    cfg = OperatorConfig.from_env()
-    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods)
-    await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
-    RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
-    RUNTIME.tasks.append(asyncio.create_task(_relister(kube)))
-    election = RUNTIME.election_config
-    if election is None:
-        metrics.LEADER.set(1)
-        RUNTIME.leading.set()
-    else:
-        _stopped_leading()
-        lock = LeaseLock(kube, election.namespace, election.name)
-        RUNTIME.election = LeaderElection(election, lock, _started_leading, _stopped_leading)
-        RUNTIME.election_task = asyncio.create_task(RUNTIME.election.run())
-        RUNTIME.election_task.add_done_callback(_election_ended)
-
-
-def _election_ended(task: asyncio.Task[None]) -> None:
-    """The election loop runs until shutdown; should it ever fail, this replica could
-    neither lead nor stand by: stop the process (gracefully) so that it is restarted."""
-    if task.cancelled():
-        return
-    log.error("leader election stopped unexpectedly: shutting down", exc_info=task.exception())
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _started_leading() -> None:
-    """Reconcile everything known at once: the cache is already warm."""
-    metrics.LEADER.set(1)
-    RUNTIME.leading.set()
-    for ns, name in RUNTIME.cache.keys(KIND):
-        RUNTIME.queue.add((ns, name))
-
-
-def _stopped_leading() -> None:
-    metrics.LEADER.set(0)
-    RUNTIME.leading.clear()
-
-
-def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
-    """List the resources and their children once before the first reconcile, so that a
-    (re)started operator never mistakes a child it has not yet seen on a watch for a
-    missing one."""
-    relist(kube, namespaces)
-    # Pods, then their Events: a status computed before the streams catch up already says
-    # what it will say after (no write, no Event, caused by a restart).
-    for ns in namespaces or (None,):
-        for pod in kube.list("Pod", ns, POD_SELECTOR):
-            RUNTIME.pods.put(pod)
-    for ns in namespaces or (None,):
-        for event in kube.list("Event", ns, field_selector=EVENT_SELECTOR):
-            RUNTIME.pods.put_event(event)
-    _count_pods()
+    await manager.start()
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
-    if RUNTIME.election is not None:
-        await _hand_over(RUNTIME.election)
-    for t in RUNTIME.tasks:
-        t.cancel()
-    await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
-
-
-async def _hand_over(election: LeaderElection) -> None:
-    """Graceful shutdown of a replica with leader election: take no more keys, let the
-    reconciles in flight finish (for up to the renew deadline, as when the lease is lost),
-    then release the lease so that a standby takes over at its next retry."""
-    if RUNTIME.election_task is not None:
-        RUNTIME.election_task.cancel()  # from here on, election.is_leading() is False
-        await asyncio.gather(RUNTIME.election_task, return_exceptions=True)
-    _stopped_leading()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(RUNTIME.idle.wait(), election.config.renew_deadline)
-    await election.release()
+    await manager.stop()
 
 
 @kopf.on.probe(id="queue_depth")
 def queue_depth(**_: Any) -> int:
-    return RUNTIME.queue.depth
-
-
-def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body) -> dict[str, Any]:
-    obj = copy.deepcopy(dict(body))
-    obj["kind"], obj["apiVersion"] = kind, api_version
-    meta = obj["metadata"]
-    if event.get("type") is None:
-        # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
-        # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
-        RUNTIME.relist_wanted.set()
-    if event.get("type") == "DELETED":
-        RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
-    else:
-        RUNTIME.cache.put(obj)
-    metrics.MANAGED.labels(kind=kind).set(RUNTIME.cache.count(kind))
-    return obj
+    return manager.queue_depth()
 
 
 # The event handlers are coroutines: kopf runs them on its event loop, where the work
@@ -236,8 +100,8 @@ def _remember(kind: str, api_version: str, event: kopf.RawEvent, body: kopf.Body
 # thread-safe). Each only records the object and queues a key.
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    obj = _remember(KIND, API_VERSION, event, body)
-    RUNTIME.queue.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+    obj = manager.remember(KIND, API_VERSION, event.get("type"), body)
+    manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
 
 def _register_child(kind: Kind) -> None:
@@ -245,10 +109,10 @@ def _register_child(kind: Kind) -> None:
     plural = kind.plural
 
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj = _remember(kind.kind, kind.api_version, event, body)
-        instance = (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
+        obj = manager.remember(kind.kind, kind.api_version, event.get("type"), body)
+        instance = instance_of(obj)
         if instance:
-            RUNTIME.queue.add((obj["metadata"]["namespace"], instance))
+            manager.enqueue((obj["metadata"]["namespace"], instance))
 
     child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(
@@ -264,19 +128,11 @@ for _kind in CHILDREN:
     _register_child(_kind)
 
 
-def _count_pods() -> None:
-    pods, events = RUNTIME.pods.counts()
-    metrics.MANAGED.labels(kind="Pod").set(pods)
-    metrics.MANAGED.labels(kind="Event").set(events)
-
-
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: PART_OF}, id="watch-pods")
 async def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    pod = dict(body)
-    key = RUNTIME.pods.drop(pod) if event.get("type") == "DELETED" else RUNTIME.pods.put(pod)
-    _count_pods()
+    key = manager.remember_pod(dict(body), deleted=event.get("type") == "DELETED")
     if key:
-        RUNTIME.queue.add(key)
+        manager.enqueue(key)
 
 
 @kopf.on.event("", "v1", "events", id="watch-pod-events")
@@ -284,103 +140,6 @@ async def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> 
     obj = dict(body)
     if obj.get("type") != "Warning" or (obj.get("involvedObject") or {}).get("kind") != "Pod":
         return  # the field selector already keeps these out; a list without it might not
-    key = RUNTIME.pods.put_event(obj, deleted=event.get("type") == "DELETED")
-    _count_pods()
+    key = manager.remember_pod_event(obj, deleted=event.get("type") == "DELETED")
     if key:
-        RUNTIME.queue.add(key)
-
-
-async def _worker(index: int) -> None:
-    while True:
-        await RUNTIME.leading.wait()
-        key = await RUNTIME.queue.get()
-        if not RUNTIME.may_reconcile():
-            # The lease lapsed a moment ago; the election loop is about to say so.
-            RUNTIME.queue.done(key)
-            RUNTIME.queue.add(key)
-            await asyncio.sleep(0.05)
-            continue
-        metrics.QUEUE_DEPTH.set(RUNTIME.queue.depth)
-        RUNTIME.in_flight += 1
-        RUNTIME.idle.clear()
-        try:
-            await _reconcile(key)
-        finally:
-            RUNTIME.in_flight -= 1
-            if not RUNTIME.in_flight:
-                RUNTIME.idle.set()
-            RUNTIME.queue.done(key)
-
-
-async def _reconcile(key: tuple[str, str]) -> None:
-    assert RUNTIME.reconciler is not None
-    with metrics.RECONCILE_SECONDS.time():
-        try:
-            result = await asyncio.to_thread(RUNTIME.reconciler.reconcile, *key)
-        except Exception as e:
-            delay = RUNTIME.queue.retry(key)
-            metrics.RECONCILES.labels(result="error").inc()
-            log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
-            return
-    RUNTIME.queue.forget(key)
-    metrics.RECONCILES.labels(result=result.outcome).inc()
-    if result.writes:
-        log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
-    if result.requeue_after:
-        RUNTIME.queue.add(key, delay=result.requeue_after)
-
-
-def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[tuple[str, str]]:
-    """List the resources and their children afresh and make the cache agree, as an
-    informer's relist does: what was deleted while a watch was away is forgotten. Returns
-    the resources (namespace, name) whose objects changed."""
-    keys: set[tuple[str, str]] = set()
-    for kind in (RESOURCE, *CHILDREN):
-        selector = "" if kind is RESOURCE else MANAGED_SELECTOR
-        for ns in namespaces or (None,):
-            mark = RUNTIME.cache.mark()
-            try:
-                objs = kube.list(kind.kind, ns, selector)
-            except KubeError as e:
-                if kind.optional and e.status == 404:
-                    break  # its API is not served (KEDA is not installed): nothing to know
-                raise
-            for obj in RUNTIME.cache.replace(kind.kind, ns, objs, mark):
-                meta = obj["metadata"]
-                instance = meta["name"] if kind is RESOURCE else _instance(obj)
-                if instance:
-                    keys.add((meta["namespace"], instance))
-        metrics.MANAGED.labels(kind=kind.kind).set(RUNTIME.cache.count(kind.kind))
-    return keys
-
-
-def _instance(obj: dict[str, Any]) -> str | None:
-    return (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
-
-
-async def _relister(kube: Kube) -> None:
-    """Relist once kopf's burst of (re)listings is over, so that a child deleted while a
-    watch was away (an API server restart) is forgotten and applied again. Every
-    RESYNC_SECONDS, reconcile every resource from the cache, as informers resync: no
-    request at steady state."""
-    while True:
-        try:
-            await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
-        except TimeoutError:
-            for key in RUNTIME.cache.keys(KIND):
-                RUNTIME.queue.add(key)
-            continue
-        while RUNTIME.relist_wanted.is_set():  # until the listings settle
-            RUNTIME.relist_wanted.clear()
-            await asyncio.sleep(RELIST_SETTLE_SECONDS)
-        try:
-            keys = await asyncio.to_thread(relist, kube, RUNTIME.namespaces)
-        except Exception as e:  # the API server is away again: once it is back
-            log.warning("relisting failed (again in %.0fs): %s", RELIST_RETRY_SECONDS, e)
-            await asyncio.sleep(RELIST_RETRY_SECONDS)
-            RUNTIME.relist_wanted.set()
-            continue
-        if keys:
-            log.info("relisted: %d resources changed while not watched", len(keys))
-        for key in keys:
-            RUNTIME.queue.add(key)
+        manager.enqueue(key)

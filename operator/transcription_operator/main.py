@@ -18,7 +18,10 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
-from . import handlers
+from . import (
+    handlers,  # noqa: F401 -- importing it registers the kopf handlers
+    manager,
+)
 from .config import OperatorConfig
 from .leader import (
     LEASE_DURATION,
@@ -131,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
-    handlers.RUNTIME.kubeconfig = args.kubeconfig
+    manager.RUNTIME.kubeconfig = args.kubeconfig
     namespaces: list[str] = args.namespace or list(OperatorConfig.from_env().namespaces)
-    handlers.RUNTIME.namespaces = tuple(namespaces)
-    handlers.RUNTIME.election_config = args.election
+    manager.RUNTIME.namespaces = tuple(namespaces)
+    manager.RUNTIME.election_config = args.election
     start_http_server(args.metrics_port)
     logging.getLogger(__name__).info(
         "watching %s; metrics on :%d, liveness on :%d/healthz",

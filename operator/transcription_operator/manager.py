@@ -1,0 +1,310 @@
+"""The runtime, as controller-runtime's manager: the watch caches, the work queue and its
+workers, the relister, and the leader election that gates the workers.
+
+Every event of a resource or of one of its children enqueues the resource (`handlers.py`
+says which); queue workers run the level-triggered `Reconciler` (in a thread, as the
+official client is synchronous), with per-resource exclusivity, exponential backoff on API
+errors and a periodic resync.
+
+With leader election (`--leader-elect`, `leader.py`), every replica watches and keeps its
+cache hot, but only the leader's workers reconcile (and so write children, status and
+Events). A replica that becomes leader enqueues every resource it knows at once; one that
+loses the lease stops taking keys at once (a reconcile in flight finishes).
+
+Everything here runs on kopf's event loop, where the work queue lives (asyncio's queue is
+not thread-safe); only the reconciles and the listings run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+from transcription_api.v1alpha1 import KIND
+
+from . import metrics
+from .cache import EVENT_SELECTOR, POD_SELECTOR, Cache, Pods, instance_of
+from .config import OperatorConfig
+from .kinds import CHILDREN, RESOURCE
+from .kube import Kube, KubeError
+from .leader import ElectionConfig, LeaderElection, LeaseLock
+from .names import MANAGED_SELECTOR
+from .queue import WorkQueue
+from .reconciler import Reconciler
+
+log = logging.getLogger("transcription_operator")
+
+WORKERS = 4
+RESYNC_SECONDS = 300.0
+RELIST_SETTLE_SECONDS = 1.0
+RELIST_RETRY_SECONDS = 5.0
+
+
+class Runtime:
+    """The process-wide state the handlers share; set up at startup."""
+
+    def __init__(self) -> None:
+        self.cache = Cache()
+        self.pods = Pods()
+        self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self.reconciler: Reconciler | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.kubeconfig: str | None = None
+        self.namespaces: tuple[str, ...] = ()  # empty: every namespace
+        self.election_config: ElectionConfig | None = None  # None: no leader election
+        self.election: LeaderElection | None = None
+        self.election_task: asyncio.Task[None] | None = None
+        # Set while the workers may take keys (always, without leader election).
+        self.leading = asyncio.Event()
+        self.in_flight = 0
+        self.idle = asyncio.Event()  # set while no reconcile is in flight
+        self.idle.set()
+        self.relist_wanted = asyncio.Event()  # kopf listed objects: a watch (re)started
+
+    def may_reconcile(self) -> bool:
+        return self.election is None or self.election.is_leading()
+
+
+RUNTIME = Runtime()
+
+
+# --------------------------------------------------------------------------- start and stop
+
+
+async def start() -> None:
+    """Fill the caches, then start the workers, the relister and (if asked) the election."""
+    kube = Kube.connect(RUNTIME.kubeconfig)
+    cfg = OperatorConfig.from_env()
+    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods)
+    await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
+    RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
+    RUNTIME.tasks.append(asyncio.create_task(_relister(kube)))
+    election = RUNTIME.election_config
+    if election is None:
+        metrics.LEADER.set(1)
+        RUNTIME.leading.set()
+    else:
+        _stopped_leading()
+        lock = LeaseLock(kube, election.namespace, election.name)
+        RUNTIME.election = LeaderElection(election, lock, _started_leading, _stopped_leading)
+        RUNTIME.election_task = asyncio.create_task(RUNTIME.election.run())
+        RUNTIME.election_task.add_done_callback(_election_ended)
+
+
+async def stop() -> None:
+    """Hand the lease over (with leader election), then stop the workers and the relister."""
+    if RUNTIME.election is not None:
+        await _hand_over(RUNTIME.election)
+    for t in RUNTIME.tasks:
+        t.cancel()
+    await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
+
+
+def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
+    """List the resources and their children once before the first reconcile, so that a
+    (re)started operator never mistakes a child it has not yet seen on a watch for a
+    missing one."""
+    relist(kube, namespaces)
+    # Pods, then their Events: a status computed before the streams catch up already says
+    # what it will say after (no write, no Event, caused by a restart).
+    for ns in namespaces or (None,):
+        for pod in kube.list("Pod", ns, POD_SELECTOR):
+            RUNTIME.pods.put(pod)
+    for ns in namespaces or (None,):
+        for event in kube.list("Event", ns, field_selector=EVENT_SELECTOR):
+            RUNTIME.pods.put_event(event)
+    _count_pods()
+
+
+# --------------------------------------------------------------------------- leader election
+
+
+def _election_ended(task: asyncio.Task[None]) -> None:
+    """The election loop runs until shutdown; should it ever fail, this replica could
+    neither lead nor stand by: stop the process (gracefully) so that it is restarted."""
+    if task.cancelled():
+        return
+    log.error("leader election stopped unexpectedly: shutting down", exc_info=task.exception())
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _started_leading() -> None:
+    """Reconcile everything known at once: the cache is already warm."""
+    metrics.LEADER.set(1)
+    RUNTIME.leading.set()
+    for ns, name in RUNTIME.cache.keys(KIND):
+        RUNTIME.queue.add((ns, name))
+
+
+def _stopped_leading() -> None:
+    metrics.LEADER.set(0)
+    RUNTIME.leading.clear()
+
+
+async def _hand_over(election: LeaderElection) -> None:
+    """Graceful shutdown of a replica with leader election: take no more keys, let the
+    reconciles in flight finish (for up to the renew deadline, as when the lease is lost),
+    then release the lease so that a standby takes over at its next retry."""
+    if RUNTIME.election_task is not None:
+        RUNTIME.election_task.cancel()  # from here on, election.is_leading() is False
+        await asyncio.gather(RUNTIME.election_task, return_exceptions=True)
+    _stopped_leading()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(RUNTIME.idle.wait(), election.config.renew_deadline)
+    await election.release()
+
+
+# --------------------------------------------------------------------------- watch events
+
+
+def enqueue(key: tuple[str, str]) -> None:
+    """Ask for a reconcile of the resource (namespace, name)."""
+    RUNTIME.queue.add(key)
+
+
+def queue_depth() -> int:
+    return RUNTIME.queue.depth
+
+
+def remember(
+    kind: str, api_version: str, event_type: str | None, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Record a resource or a child as a watch delivered it; returns the cached object."""
+    obj = copy.deepcopy(dict(body))
+    obj["kind"], obj["apiVersion"] = kind, api_version
+    meta = obj["metadata"]
+    if event_type is None:
+        # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
+        # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
+        RUNTIME.relist_wanted.set()
+    if event_type == "DELETED":
+        RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
+    else:
+        RUNTIME.cache.put(obj)
+    metrics.MANAGED.labels(kind=kind).set(RUNTIME.cache.count(kind))
+    return obj
+
+
+def remember_pod(pod: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
+    """Record (or forget) one of the operator's pods; returns the resource it belongs to."""
+    key = RUNTIME.pods.drop(pod) if deleted else RUNTIME.pods.put(pod)
+    _count_pods()
+    return key
+
+
+def remember_pod_event(event: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
+    """Record (or forget) a Warning Event about a pod; returns the resource its pod belongs
+    to, or None for other pods' Events."""
+    key = RUNTIME.pods.put_event(event, deleted=deleted)
+    _count_pods()
+    return key
+
+
+def _count_pods() -> None:
+    pods, events = RUNTIME.pods.counts()
+    metrics.MANAGED.labels(kind="Pod").set(pods)
+    metrics.MANAGED.labels(kind="Event").set(events)
+
+
+# --------------------------------------------------------------------------- queue workers
+
+
+async def _worker(index: int) -> None:
+    while True:
+        await RUNTIME.leading.wait()
+        key = await RUNTIME.queue.get()
+        if not RUNTIME.may_reconcile():
+            # The lease lapsed a moment ago; the election loop is about to say so.
+            RUNTIME.queue.done(key)
+            RUNTIME.queue.add(key)
+            await asyncio.sleep(0.05)
+            continue
+        metrics.QUEUE_DEPTH.set(RUNTIME.queue.depth)
+        RUNTIME.in_flight += 1
+        RUNTIME.idle.clear()
+        try:
+            await _reconcile(key)
+        finally:
+            RUNTIME.in_flight -= 1
+            if not RUNTIME.in_flight:
+                RUNTIME.idle.set()
+            RUNTIME.queue.done(key)
+
+
+async def _reconcile(key: tuple[str, str]) -> None:
+    assert RUNTIME.reconciler is not None
+    with metrics.RECONCILE_SECONDS.time():
+        try:
+            result = await asyncio.to_thread(RUNTIME.reconciler.reconcile, *key)
+        except Exception as e:
+            delay = RUNTIME.queue.retry(key)
+            metrics.RECONCILES.labels(result="error").inc()
+            log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
+            return
+    RUNTIME.queue.forget(key)
+    metrics.RECONCILES.labels(result=result.outcome).inc()
+    if result.writes:
+        log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
+    if result.requeue_after:
+        RUNTIME.queue.add(key, delay=result.requeue_after)
+
+
+# --------------------------------------------------------------------------- relister
+
+
+def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[tuple[str, str]]:
+    """List the resources and their children afresh and make the cache agree, as an
+    informer's relist does: what was deleted while a watch was away is forgotten. Returns
+    the resources (namespace, name) whose objects changed."""
+    keys: set[tuple[str, str]] = set()
+    for kind in (RESOURCE, *CHILDREN):
+        selector = "" if kind is RESOURCE else MANAGED_SELECTOR
+        for ns in namespaces or (None,):
+            mark = RUNTIME.cache.mark()
+            try:
+                objs = kube.list(kind.kind, ns, selector)
+            except KubeError as e:
+                if kind.optional and e.status == 404:
+                    break  # its API is not served (KEDA is not installed): nothing to know
+                raise
+            for obj in RUNTIME.cache.replace(kind.kind, ns, objs, mark):
+                meta = obj["metadata"]
+                instance = meta["name"] if kind is RESOURCE else instance_of(obj)
+                if instance:
+                    keys.add((meta["namespace"], instance))
+        metrics.MANAGED.labels(kind=kind.kind).set(RUNTIME.cache.count(kind.kind))
+    return keys
+
+
+async def _relister(kube: Kube) -> None:
+    """Relist once kopf's burst of (re)listings is over, so that a child deleted while a
+    watch was away (an API server restart) is forgotten and applied again. Every
+    RESYNC_SECONDS, reconcile every resource from the cache, as informers resync: no
+    request at steady state."""
+    while True:
+        try:
+            await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
+        except TimeoutError:
+            for key in RUNTIME.cache.keys(KIND):
+                RUNTIME.queue.add(key)
+            continue
+        while RUNTIME.relist_wanted.is_set():  # until the listings settle
+            RUNTIME.relist_wanted.clear()
+            await asyncio.sleep(RELIST_SETTLE_SECONDS)
+        try:
+            keys = await asyncio.to_thread(relist, kube, RUNTIME.namespaces)
+        except Exception as e:  # the API server is away again: once it is back
+            log.warning("relisting failed (again in %.0fs): %s", RELIST_RETRY_SECONDS, e)
+            await asyncio.sleep(RELIST_RETRY_SECONDS)
+            RUNTIME.relist_wanted.set()
+            continue
+        if keys:
+            log.info("relisted: %d resources changed while not watched", len(keys))
+        for key in keys:
+            RUNTIME.queue.add(key)
