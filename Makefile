@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-TESTBED := $(BIN)/python e2e/testbed.py
+TESTBED := $(BIN)/python -m testbed
 PYTEST_ARGS ?=
 # vLLM's own `vllm serve` parser checks the launcher's commands (tests/test_vllm_parser.py)
 # in an environment of its own, with the vLLM version the vLLM worker image is built FROM:
@@ -91,10 +91,10 @@ testbed-up: $(STAMP)
 	$(TESTBED) up
 
 testbed-down:
-	@if [ -x $(BIN)/python ]; then $(TESTBED) down; else $(PYTHON) e2e/testbed.py down; fi
+	@if [ -x $(BIN)/python ]; then $(TESTBED) down; else $(PYTHON) -m testbed down; fi
 
 testbed-status:
-	$(PYTHON) e2e/testbed.py status
+	$(PYTHON) -m testbed status
 
 # The docs site (docs/, mkdocs.yml) is built --strict: a broken link or anchor fails it.
 lint: $(STAMP)
@@ -120,13 +120,13 @@ test-fast: $(STAMP) $(VLLM_STAMP) system-deps
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
 demo: $(STAMP) system-deps
-	$(BIN)/python e2e/demo.py
+	$(BIN)/python -m testbed.demo
 
 demo-down:
-	@if [ -x $(BIN)/python ]; then $(BIN)/python e2e/demo.py down; else $(PYTHON) e2e/testbed.py down; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m testbed.demo down; else $(PYTHON) -m testbed down; fi
 
 install.yaml: $(STAMP)
-	$(BIN)/python charts/render_install.py
+	$(BIN)/python -m charts.render_install
 
 # The chart's README: its values table comes from values.yaml and values.schema.json;
 # tests/test_chart_readme.py fails when it is stale.

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tests.audio import tone_wav
+from testkit.audio import tone_wav
 
 from .common import PY, RESULTS, Proc, pct, say, table, write
 

@@ -12,14 +12,12 @@ with the scheduler's message) and measures the same window."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
-from .common import PY, ROOT, Proc, say, table, write
+import testbed.cluster
 
-sys.path.insert(0, str(ROOT / "e2e"))
-import testbed
+from .common import PY, ROOT, Proc, say, table, write
 
 METRICS, HEALTH = 18760, 18761
 QUIET_SECONDS = 30.0
@@ -66,7 +64,7 @@ def total(m: dict[str, float], prefix: str) -> float:
 
 def ready_count(ns: str, reason: str = "Ready") -> int:
     """Resources whose Ready condition (for the current generation) has this reason."""
-    items = json.loads(testbed.kubectl("get", "tdeploy", "-n", ns, "-o", "json"))["items"]
+    items = json.loads(testbed.cluster.kubectl("get", "tdeploy", "-n", ns, "-o", "json"))["items"]
     n = 0
     for td in items:
         st = td.get("status") or {}
@@ -107,14 +105,14 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
     ns = f"bench-{n}" + ("-unschedulable" if unschedulable else "")
     want = "Unschedulable" if unschedulable else "Ready"
     # Simulated pods (KWOK): hundreds of them, which the real node could not run.
-    testbed.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": ns, "annotations": testbed.SIMULATED_NAMESPACE_ANNOTATIONS}}))  # fmt: skip
+    testbed.cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns, "annotations": testbed.cluster.SIMULATED_NAMESPACE_ANNOTATIONS}}))  # fmt: skip
     before, cpu0 = metrics(METRICS), op.cpu_seconds()
     op.reset_peak()
     start = time.monotonic()
     items = {"apiVersion": "v1", "kind": "List",
              "items": [resource(i, unschedulable) for i in range(n)]}  # fmt: skip
-    testbed.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(items))
+    testbed.cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(items))
     ready, last = 0, -1
     while ready < n:
         if time.monotonic() - start > 900:
@@ -151,25 +149,25 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
         **calm,
     }
     # Gone before the next scenario: its teardown must not fall into that quiet window.
-    testbed.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=600s")
+    testbed.cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=600s")
     return result
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     sizes = [1, 10] if quick else [1, 50, 200]
-    was_up = testbed.is_up()
-    testbed.up()
-    testbed.kubectl(
+    was_up = testbed.cluster.is_up()
+    testbed.cluster.up()
+    testbed.cluster.kubectl(
         "apply",
         "--server-side",
         "--force-conflicts",
         "-f",
         str(ROOT / "crds" / "transcriptiondeployments.transcription.dev.yaml"),
     )
-    testbed.kubectl(
+    testbed.cluster.kubectl(
         "wait", "--for=condition=Established", "crd/transcriptiondeployments.transcription.dev"
     )
-    op = Proc([PY, "-m", "transcription_operator.main", "--kubeconfig", str(testbed.KUBECONFIG),
+    op = Proc([PY, "-m", "transcription_operator.main", "--kubeconfig", str(testbed.cluster.KUBECONFIG),
                "--metrics-port", str(METRICS), "--health-port", str(HEALTH), "--log-level", "WARNING"],
               f"http://127.0.0.1:{HEALTH}/healthz", "operator")  # fmt: skip
     rows = []
@@ -183,7 +181,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     finally:
         op.stop()
         if not was_up:
-            testbed.down()
+            testbed.cluster.down()
     table("Operator on the test bed (each resource: 1 worker + 1 frontend pod, 10 children)",
           ["scenario", "N", "s to status", "reconciles", "API req/reconcile", "writes/resource", "CPU s",
            "peak RSS MiB", "pods watched", "quiet reconciles/s", "quiet API req/s"],

@@ -1,29 +1,27 @@
 """Scaling benchmark on the test bed's real node: one row per event (cold start from zero,
 ramp up, scale-down, pool rollout, frontend rollout, and each fault), under steady load
-through the frontend's Service. The events are e2e/scenarios.py's, whose invariants the
+through the frontend's Service. The events are testbed/scenarios.py's, whose invariants the
 e2e suite asserts; this reports the numbers: load offered and served, failures by status,
 p50/p99 latency during the event, and the time until the replica count settled."""
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .common import ROOT, say, table, write
+import testbed.cluster
+from testbed import scenarios
+from testbed.kube import CRD_FILE, Kubectl
+from testbed.load import summary
+from testkit.audio import SENTENCES, speak
 
-sys.path[:0] = [str(ROOT / "e2e"), str(ROOT)]
-import scenarios  # noqa: E402
-import testbed  # noqa: E402
-from conftest import CRD_FILE, Kubectl  # noqa: E402
-from load import summary  # noqa: E402
-from tests.audio import SENTENCES, speak  # noqa: E402
+from .common import say, table, write
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     say("bench scale: the test bed with its real node (building what is missing)")
-    kubeconfig = testbed.up()
+    kubeconfig = testbed.cluster.up()
     kubectl = Kubectl(kubeconfig)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     sentence = SENTENCES[0]

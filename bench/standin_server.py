@@ -6,7 +6,7 @@ import argparse
 
 import uvicorn
 
-from tests.standins import Behaviour, vllm_app
+from testkit.standins import Behaviour, vllm_app
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()

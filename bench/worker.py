@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from tests.audio import HARD_SENTENCES, SENTENCES, speak, wer
+from testkit.audio import HARD_SENTENCES, SENTENCES, speak, wer
 
 from .common import PY, RESULTS, Proc, pct, say, table, write
 

@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-from tests.audio import SENTENCES, wer
+from testkit.audio import SENTENCES, wer
 
 from .common import say, table, write
 from .worker import Clip, clips

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,25 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-import testbed
-from conftest import ROOT, Kubectl, OperatorProcess
-from test_operator import SAMPLES, wait_ready
+import testbed.cluster
+from testbed.kube import CHART, ROOT, SAMPLES, Kubectl, helm, wait_ready
+from testbed.operators import OperatorProcess
 
-CHART = ROOT / "charts" / "transcription-operator"
 RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"
 SA = f"system:serviceaccount:{SYSTEM_NS}:{RELEASE}"
-
-
-def helm(
-    *args: str, check: bool = True, kubeconfig: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    cmd = [str(testbed.HELM.path("helm")), *args]
-    if kubeconfig:
-        cmd += ["--kubeconfig", str(kubeconfig)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if check and out.returncode:
-        raise AssertionError(f"helm {' '.join(args)}: {out.stderr}")
-    return out
 
 
 def render(*sets: str) -> list[dict[str, Any]]:
@@ -219,7 +207,8 @@ def test_values_schema_rejects_bad_values(value: str, message: str) -> None:
 
 def test_install_yaml_is_in_sync_with_the_chart() -> None:
     out = subprocess.run(
-        ["python3", str(ROOT / "charts" / "render_install.py"), "--check"],
+        [sys.executable, "-m", "charts.render_install", "--check"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
     )
@@ -238,7 +227,7 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
     # Annotated, not applied: `kubectl apply -f install.yaml` (its Namespace has none) would
     # remove applied annotations, and its pods would then wait for a node that never comes.
     kubectl("annotate", "--overwrite", "namespace", SYSTEM_NS,
-            *(f"{k}={v}" for k, v in testbed.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
+            *(f"{k}={v}" for k, v in testbed.cluster.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
     crd = "crd/transcriptiondeployments.transcription.dev"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Kubectl, wait_for
-from test_operator import SAMPLES, wait_ready
+from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from transcription_api.routes import RouteTable
 from transcription_frontend.discovery import EndpointSliceWatcher, SliceIndex
 from transcription_frontend.routing import Router

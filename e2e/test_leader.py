@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from conftest import Kubectl, OperatorProcess, wait_for
-from test_operator import SAMPLES, td_get, wait_ready
+from testbed.kube import SAMPLES, Kubectl, td_get, wait_for, wait_ready
+from testbed.operators import OperatorProcess
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig

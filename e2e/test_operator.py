@@ -12,42 +12,19 @@ from typing import Any
 import pytest
 import yaml
 
-import testbed
-from conftest import ROOT, Kubectl, OperatorProcess, wait_for
+import testbed.cluster
+from testbed.kube import SAMPLES, Kubectl, condition, td_get, wait_for, wait_ready
+from testbed.operators import OperatorProcess
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
 from transcription_operator.kinds import CHILDREN
 
-SAMPLES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))}
-GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
-CPU_NODES = {n["name"] for n in testbed.NODES if not n["gpus"]}
+GPU_NODES = {n["name"] for n in testbed.cluster.NODES if n["gpus"]}
+CPU_NODES = {n["name"] for n in testbed.cluster.NODES if not n["gpus"]}
 QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "60"))
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-
-def td_get(kubectl: Kubectl, ns: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = kubectl.json("get", "tdeploy", name, "-n", ns)
-    return result
-
-
-def condition(td: dict[str, Any], type_: str) -> dict[str, Any]:
-    for c in (td.get("status") or {}).get("conditions", []):
-        if c["type"] == type_:
-            return dict(c)
-    return {}
-
-
-def wait_ready(kubectl: Kubectl, ns: str, name: str, timeout: float = 90) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        td = td_get(kubectl, ns, name)
-        c = condition(td, "Ready")
-        current = (td.get("status") or {}).get("observedGeneration") == td["metadata"]["generation"]
-        return td if current and c.get("status") == "True" else None
-
-    result: dict[str, Any] = wait_for(ready, timeout=timeout, what=f"{ns}/{name} to be Ready")
-    return result
 
 
 def served_child_kinds(kubectl: Kubectl) -> str:

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
-import images
-import testbed
-from conftest import Kubectl, deployed_on_the_real_node, wait_for
-from test_operator import SAMPLES, wait_ready
-from tests.audio import wer
+import testbed.cluster
+from testbed import images
+from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
+from testbed.operators import deployed_on_the_real_node
+from testkit.audio import wer
+from testkit.transcripts import report, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
@@ -51,11 +51,7 @@ class Stack:
     release: str
 
     def pods(self, component: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.kubectl.json(
-            "get", "pods", "-n", self.namespace,
-            "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component={component}",
-        )["items"]  # fmt: skip
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return self.kubectl.pods(self.namespace, NAME, component)
 
     def service_url(self) -> str:
         svc = self.kubectl.json("get", "service", NAME, "-n", self.namespace)
@@ -75,13 +71,6 @@ def stack(kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None) 
         ns, system_ns, release,
     ):  # fmt: skip
         yield Stack(kubectl, ns, system_ns, release)
-
-
-def client(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-# --------------------------------------------------------------------------- the operator
 
 
 def test_operator_runs_in_the_cluster_from_its_image(stack: Stack, real_node: str) -> None:
@@ -132,7 +121,7 @@ def test_worker_and_frontend_pods_run_on_the_real_node(stack: Stack, real_node: 
 def container_spec(stack: Stack, pod: dict[str, Any]) -> dict[str, Any]:
     """The OCI runtime spec containerd runs the pod's first container with."""
     cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    info = testbed.node().ctr("containers", "info", cid)
+    info = testbed.cluster.node().ctr("containers", "info", cid)
     assert info is not None
     spec: dict[str, Any] = json.loads(info)["Spec"]
     return spec
@@ -186,58 +175,6 @@ def test_containers_run_exactly_what_the_operator_generated(stack: Stack) -> Non
         if e["name"] == "TRANSCRIPTION_WORKER_SETTINGS"
     )
     assert json.loads(settings) == json.loads(expected)
-
-
-# --------------------------------------------------------------------------- transcription
-
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
-
-
-def transcribe_all(base_url: str, speech: dict[str, Path]) -> dict[str, float]:
-    """Every sentence in every response format, and streamed; returns the WER of each."""
-    c = client(base_url)
-    rates: dict[str, float] = {}
-    for i, (sentence, wav) in enumerate(speech.items()):
-        fmt = FORMATS[i % len(FORMATS)]
-        with wav.open("rb") as f:
-            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
-        text = out if isinstance(out, str) else out.text
-        if fmt in ("srt", "vtt"):
-            assert "-->" in text, text
-            text = " ".join(
-                line for line in text.splitlines()
-                if line.strip() and "-->" not in line and not line.strip().isdigit() and line != "WEBVTT"
-            )  # fmt: skip
-        rates[f"{fmt}: {sentence}"] = wer(sentence, text)
-    for fmt in FORMATS[len(speech) :]:  # the formats the sentences above did not cover
-        sentence, wav = next(iter(speech.items()))
-        with wav.open("rb") as f:
-            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
-        text = out if isinstance(out, str) else out.text
-        if fmt in ("srt", "vtt"):
-            assert "-->" in text, text
-        rates[f"{fmt}: {sentence}"] = wer(sentence, re.sub(r"(?m)^(\d+|WEBVTT|.*-->.*)$", "", text))
-    rates.update(stream_wer(c, speech))
-    return rates
-
-
-def stream_wer(c: openai.OpenAI, speech: dict[str, Path]) -> dict[str, float]:
-    """The last sentence streamed: OpenAI's delta events, then done with the whole text."""
-    sentence, wav = list(speech.items())[-1]
-    with wav.open("rb") as f:
-        events = list(c.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
-    kinds = [e.type for e in events]
-    assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds, kinds
-    return {f"stream: {sentence}": wer(sentence, events[-1].text)}
-
-
-def report(path: str, rates: dict[str, float]) -> None:
-    mean = sum(rates.values()) / len(rates)
-    print(f"\n{path}: {len(rates)} transcriptions, mean WER {mean:.1%}")
-    for what, rate in rates.items():
-        print(f"  {rate:6.1%}  {what}")
-    assert max(rates.values()) <= 0.25, rates
-    assert mean <= 0.1, rates
 
 
 def test_openai_client_transcribes_through_the_cluster_ip(

@@ -1,5 +1,5 @@
 """Scale with demand and survive faults, on the real node, under real load: each event of
-e2e/scenarios.py keeps its invariant. No request fails: not during a scale from zero,
+testbed/scenarios.py keeps its invariant. No request fails: not during a scale from zero,
 scale-up or scale-down, not during a rollout of the pool or of the frontend, not when a
 worker is SIGKILLed, a frontend pod deleted, the operator's leader killed or the API
 server restarted. (`python -m bench
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import scenarios
-from conftest import Kubectl
-from load import failures, summary
-from scenarios import Result, Scaling
-from tests.audio import SENTENCES, speak
+from testbed import scenarios
+from testbed.kube import Kubectl
+from testbed.load import failures, summary
+from testbed.scenarios import Result, Scaling
+from testkit.audio import SENTENCES, speak
 
 
 @pytest.fixture(scope="module")

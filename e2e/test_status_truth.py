@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-import images
-from conftest import Kubectl, wait_for
-from test_operator import SAMPLES, condition, td_get
+from testbed import images
+from testbed.kube import SAMPLES, Kubectl, condition, td_get, wait_for
 from transcription_api.findings import POLICY_NAME, POLICY_PATH, findings
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import testbed
-from conftest import Kubectl, wait_for
+import testbed.cluster
+from testbed.kube import Kubectl, wait_for
 
-GPU_NODES = {n["name"] for n in testbed.NODES if n["gpus"]}
+GPU_NODES = {n["name"] for n in testbed.cluster.NODES if n["gpus"]}
 
 
 def gpu_deployment(name: str, gpus: int, replicas: int = 1) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def gpu_deployment(name: str, gpus: int, replicas: int = 1) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "tolerations": [testbed.GPU_TAINT | {"operator": "Equal"}],
+                    "tolerations": [testbed.cluster.GPU_TAINT | {"operator": "Equal"}],
                     "containers": [
                         {
                             "name": "engine",
@@ -39,7 +39,7 @@ def gpu_deployment(name: str, gpus: int, replicas: int = 1) -> dict[str, Any]:
 
 def test_nodes_advertise_gpus(kubectl: Kubectl) -> None:
     nodes = {n["metadata"]["name"]: n for n in kubectl.json("get", "nodes")["items"]}
-    for spec in testbed.NODES:
+    for spec in testbed.cluster.NODES:
         node = nodes[spec["name"]]
         gpus = node["status"]["allocatable"].get("nvidia.com/gpu", "0")
         assert gpus == str(spec["gpus"])
@@ -49,8 +49,8 @@ def test_nodes_advertise_gpus(kubectl: Kubectl) -> None:
 
 def test_server_reports_pinned_version(kubectl: Kubectl) -> None:
     version = json.loads(kubectl("version", "-o", "json"))
-    assert version["serverVersion"]["gitVersion"] == testbed.KUBERNETES.version
-    assert version["clientVersion"]["gitVersion"] == testbed.KUBERNETES.version
+    assert version["serverVersion"]["gitVersion"] == testbed.cluster.KUBERNETES.version
+    assert version["clientVersion"]["gitVersion"] == testbed.cluster.KUBERNETES.version
 
 
 def test_gpu_deployment_is_scheduled_on_a_gpu_node_and_runs(
@@ -82,7 +82,7 @@ def test_gpu_deployment_is_scheduled_on_a_gpu_node_and_runs(
 def test_pod_wanting_more_gpus_than_any_node_stays_pending(
     kubectl: Kubectl, namespace: str
 ) -> None:
-    most = max(n["gpus"] for n in testbed.NODES)
+    most = max(n["gpus"] for n in testbed.cluster.NODES)
     kubectl.apply(gpu_deployment("too-big", gpus=most + 1), namespace)
 
     def unschedulable() -> dict[str, Any] | None:
@@ -174,9 +174,9 @@ def test_crd_schema_rejects_invalid_objects_at_admission(kubectl: Kubectl, names
 def test_real_node_runs_the_pinned_kubelet_and_containerd(kubectl: Kubectl, real_node: str) -> None:
     node = kubectl.json("get", "node", real_node)
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == testbed.KUBERNETES.version
-    assert info["kubeProxyVersion"] in ("", testbed.KUBERNETES.version)
-    containerd = testbed.CONTAINERD.version.lstrip("v")
+    assert info["kubeletVersion"] == testbed.cluster.KUBERNETES.version
+    assert info["kubeProxyVersion"] in ("", testbed.cluster.KUBERNETES.version)
+    containerd = testbed.cluster.CONTAINERD.version.lstrip("v")
     assert info["containerRuntimeVersion"] == f"containerd://{containerd}"
     addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
     assert addresses["InternalIP"] == testbed.realnode.NODE_IP

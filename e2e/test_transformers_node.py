@@ -20,12 +20,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from test_realnode import report, stream_wer
 
-import images
-import testbed
-from conftest import Kubectl, deployed_on_the_real_node
-from tests.audio import wer
+import testbed.cluster
+from testbed import images
+from testbed.kube import Kubectl
+from testbed.operators import deployed_on_the_real_node
+from testkit.audio import wer
+from testkit.transcripts import report, stream_wer
 
 NAME = "whisper-transformers"
 CHECKPOINT = "/models/whisper-tiny.en"
@@ -57,7 +58,7 @@ RESOURCE: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def worker_image(real_node: str) -> str:
     """The image, built once (about 6 GB: PyPI's torch carries the CUDA libraries)."""
-    return testbed.on_demand_image(images.WORKER_TRANSFORMERS)
+    return testbed.cluster.on_demand_image(images.WORKER_TRANSFORMERS)
 
 
 @pytest.fixture(scope="module")

@@ -1,30 +1,20 @@
-"""Shared helpers for the fast tests (no cluster)."""
+"""Fixtures for the fast tests (no cluster); their helpers live in ``testkit``."""
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
+from testkit.frontend import AUDIO_LM_MODEL, SERVED
+from testkit.resources import make_td
+from testkit.standins import Behaviour, Running, serve, transformers_app, vllm_app
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
 # The transformers suite needs torch and transformers: it runs in its own environment
 # (`make test-transformers`, its own environment) and is not collected without them.
 collect_ignore = [] if importlib.util.find_spec("transformers") else ["transformers_engine"]
-
-
-def make_td(
-    spec: dict[str, Any], name: str = "whisper", namespace: str = "speech"
-) -> TranscriptionDeployment:
-    return TranscriptionDeployment.model_validate(
-        {
-            "apiVersion": "transcription.dev/v1alpha1",
-            "kind": "TranscriptionDeployment",
-            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 3},
-            "spec": spec,
-        }
-    )
 
 
 @pytest.fixture
@@ -39,3 +29,33 @@ def vllm_td() -> TranscriptionDeployment:
             "frontend": {"replicas": 2},
         }
     )
+
+
+# The stand-in engine a module's `worker` fixture serves: `pytestmark =
+# pytest.mark.standin("transformers")` picks one; vLLM's by default.
+STANDINS = {
+    "vllm": lambda b: vllm_app(SERVED, b),
+    "transformers": lambda b: transformers_app(b),  # Whisper, as transformers serve loads it
+    "audio-lm": lambda b: transformers_app(b, model=AUDIO_LM_MODEL, family="audio-lm"),
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "standin(engine): the stand-in the worker fixture serves")
+
+
+@pytest.fixture
+def worker(request: pytest.FixtureRequest) -> Iterator[tuple[Running, Behaviour]]:
+    """A stand-in worker over real HTTP and the behaviour a test gives it."""
+    marker = request.node.get_closest_marker("standin")
+    b = Behaviour()
+    with serve(STANDINS[marker.args[0] if marker else "vllm"](b)) as running:
+        yield running, b
+
+
+@pytest.fixture
+def transformers_worker() -> Iterator[tuple[Running, Behaviour]]:
+    """A stand-in `transformers serve` with Whisper, beside a module's vLLM `worker`."""
+    b = Behaviour()
+    with serve(STANDINS["transformers"](b)) as running:
+        yield running, b

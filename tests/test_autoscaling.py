@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests.conftest import make_td
-from tests.test_reconciler import World
-from tests.test_status import conditions, deployment, run
+from testkit.operator import World, conditions, deployment, run
+from testkit.resources import make_td
 from transcription_api.capabilities import Engine, Mode, capability_set
 from transcription_api.v1alpha1 import duration_seconds
 from transcription_operator.children import build

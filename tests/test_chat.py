@@ -16,29 +16,33 @@ import httpx
 import openai
 import pytest
 
-from tests.audio import convert, speak, tone_wav
-from tests.standins import (
-    TRANSFORMERS,
+from testkit.audio import convert, speak, tone_wav
+from testkit.frontend import (
+    AUDIO_LM_MODEL,
+    PRIMARY,
+    RECORDED,
+    RECORDED_DELTAS,
+    Frontend,
+    chat_pool,
+    error,
+    pool,
+)
+from testkit.standins import (
     Behaviour,
     Running,
     free_port,
-    recording,
     serve,
     transformers_app,
 )
-from tests.test_frontend import PRIMARY, Frontend, error, pool
-from transcription_api.capabilities import Engine, Mode, ModelFamily
+from transcription_api.capabilities import Engine, Mode
 from transcription_api.chat import parse_chat
 from transcription_api.errors import APIError
 from transcription_api.routes import RouteTable
 from transcription_frontend.forward import WorkerTimeouts
 
-WORKER_MODEL = "/models/qwen2-audio"  # the name the worker loaded; clients never say it
 WAV = tone_wav(0.5)
-RECORDED = json.loads(recording(TRANSFORMERS, "cb_audio_lm_chat_audio")[2])
-RECORDED_DELTAS = ["International", " Rush", "mes", " Officials", " Exile"]
 
-
+pytestmark = pytest.mark.standin("audio-lm")
 def audio_part(data: bytes = WAV, fmt: str = "wav") -> dict[str, Any]:
     return {"type": "input_audio",
             "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}  # fmt: skip
@@ -47,18 +51,6 @@ def audio_part(data: bytes = WAV, fmt: str = "wav") -> dict[str, Any]:
 def messages(*parts: dict[str, Any]) -> list[dict[str, Any]]:
     content = [*parts, {"type": "text", "text": "Transcribe this."}]
     return [{"role": "system", "content": "You transcribe."}, {"role": "user", "content": content}]
-
-
-def chat_pool(url: str, name: str = "chat", mode: Mode = Mode.CONTINUOUS) -> Any:
-    p = pool(name, [url], engine=Engine.TRANSFORMERS, mode=mode)
-    return p.model_copy(update={"family": ModelFamily.AUDIO_LM, "worker_model": WORKER_MODEL})
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(transformers_app(b, model=WORKER_MODEL, family="audio-lm")) as running:
-        yield running, b
 
 
 @pytest.fixture
@@ -100,9 +92,9 @@ def test_audio_input_through_the_openai_client(
     # The worker got the name it loaded; the client gets the primary name back.
     assert r.model == PRIMARY
     seen = worker[1].seen[-1]
-    assert (seen.path, seen.body["model"]) == ("/v1/chat/completions", WORKER_MODEL)  # type: ignore[index]
+    assert (seen.path, seen.body["model"]) == ("/v1/chat/completions", AUDIO_LM_MODEL)  # type: ignore[index]
     # Every other field as sent, the audio untouched.
-    assert seen.body == {"model": WORKER_MODEL, "messages": messages(audio_part()), "max_tokens": 5}
+    assert seen.body == {"model": AUDIO_LM_MODEL, "messages": messages(audio_part()), "max_tokens": 5}
 
 
 def test_the_audio_format_sent_is_the_container_the_bytes_are_in(
@@ -325,7 +317,7 @@ def test_a_detail_answer_becomes_openais_error_shape(worker: tuple[Running, Beha
     try:
         r = post(fe, {"model": PRIMARY, "messages": messages()})
         assert r.status_code == 400
-        assert error(r)["message"] == f"Server is pinned to '{WORKER_MODEL}'; requested 'other'."
+        assert error(r)["message"] == f"Server is pinned to '{AUDIO_LM_MODEL}'; requested 'other'."
     finally:
         fe.running.stop()
 
@@ -334,7 +326,7 @@ def test_a_bare_500_is_a_502_naming_pool_and_engine() -> None:
     """A Whisper checkpoint behind a pool the table says is an audio LM: transformers'
     recorded bare `500 Internal Server Error` (`whisper_chat`)."""
     b = Behaviour()
-    with serve(transformers_app(b, model=WORKER_MODEL, family="whisper")) as running:
+    with serve(transformers_app(b, model=AUDIO_LM_MODEL, family="whisper")) as running:
         fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(running.url)]))
         try:
             failed = counter(fe, status="502", pool="chat")

@@ -18,22 +18,23 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.audio import convert, tone_wav
-from tests.standins import Behaviour, Running, serve, transformers_app
-from tests.test_chat import RECORDED, RECORDED_DELTAS, WORKER_MODEL, chat_pool
-from tests.test_frontend import PRIMARY, Frontend, error
+from testkit.audio import convert, tone_wav
+from testkit.frontend import (
+    AUDIO_LM_MODEL,
+    PRIMARY,
+    RECORDED,
+    RECORDED_DELTAS,
+    Frontend,
+    chat_pool,
+    error,
+)
+from testkit.standins import Behaviour, Running, serve
 from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT, RouteTable
 from transcription_frontend.engines import TRANSCRIPT_MAX_TOKENS
 
+pytestmark = pytest.mark.standin("audio-lm")
 WAV = tone_wav(0.5)
 TEXT = RECORDED["choices"][0]["message"]["content"].strip()
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(transformers_app(b, model=WORKER_MODEL, family="audio-lm")) as running:
-        yield running, b
 
 
 def frontend_for(url: str, prompt: str | None = None) -> Frontend:
@@ -62,7 +63,7 @@ def test_transcription_is_asked_of_the_chat_endpoint(
     assert out.text == TEXT
     body = sent(worker[1])
     # The name the worker loaded, one user message: the audio as sent, then the instruction.
-    assert body["model"] == WORKER_MODEL
+    assert body["model"] == AUDIO_LM_MODEL
     [message] = body["messages"]
     audio, instruction = message["content"]
     assert audio["type"] == "input_audio" and audio["input_audio"]["format"] == "wav"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import make_td
+from testkit.resources import make_td
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_api.worker import WorkerSettings

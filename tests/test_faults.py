@@ -17,8 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
-from tests.test_frontend import (
+from testkit.frontend import (
     FIXTURE_TEXT,
     PRIMARY,
     SERVED,
@@ -28,7 +27,8 @@ from tests.test_frontend import (
     error,
     sse_events,
 )
-from tests.test_frontend import pool as pool_route
+from testkit.frontend import pool as pool_route
+from testkit.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
 from transcription_api.routes import RouteTable
 from transcription_frontend.forward import WorkerTimeouts
 from transcription_frontend.hold import HoldLimits
@@ -43,13 +43,6 @@ def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(vllm_app(SERVED, b)) as running:
-        yield running, b
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,96 +13,29 @@ import httpx
 import openai
 import pytest
 
-from tests.audio import tone_wav
-from tests.standins import (
+from testkit.frontend import (
+    FIXTURE_TEXT,
+    PRIMARY,
+    SERVED,
+    WAV,
+    Frontend,
+    assert_still_serving,
+    error,
+    pool,
+    sse_events,
+)
+from testkit.standins import (
     TRANSFORMERS,
     VLLM,
     Behaviour,
     Running,
     recording,
     serve,
-    start,
-    transformers_app,
     vllm_app,
 )
 from transcription_api.capabilities import Engine, Mode
-from transcription_api.routes import PoolRoute, RouteTable
+from transcription_api.routes import RouteTable
 from transcription_frontend import routing
-from transcription_frontend.app import Gateway, create_app
-from transcription_frontend.routing import Router
-
-PRIMARY = "openai/whisper-large-v3-turbo"
-SERVED = [PRIMARY, "whisper-1"]
-FIXTURE_TEXT = json.loads(recording(VLLM, "json")[2])["text"]
-WAV = tone_wav(0.5)
-
-
-def pool(
-    name: str, urls: list[str], engine: Engine = Engine.VLLM, mode: Mode = Mode.CONTINUOUS
-) -> PoolRoute:
-    return PoolRoute(name=name, engine=engine, mode=mode, service=f"svc-{name}", endpoints=urls)
-
-
-class Frontend:
-    def __init__(self, table: RouteTable, keys: Path | None = None, **gateway: Any) -> None:
-        self.router = Router(table)
-        self.gateway = Gateway(router=self.router, api_keys_path=keys, **gateway)
-        self.running: Running = start(create_app(self.gateway))
-        self.url = self.running.url
-        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
-
-    def endpoints(self, pool: str, urls: list[str], terminating: Sequence[str] = ()) -> None:
-        """Discovery's view of a pool changes: an EndpointSlice event, as the watch sends it."""
-        self.gateway.apply_slice("MODIFIED", endpoint_slice(f"svc-{pool}", urls, terminating))
-
-    def post(self, fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None = WAV,
-             endpoint: str = "transcriptions", **kw: Any) -> httpx.Response:  # fmt: skip
-        items = list(fields.items()) if isinstance(fields, dict) else fields
-        # Every field as a multipart part, in order (as the OpenAI SDK sends them).
-        parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in items]
-        if file is not None:
-            parts.append(("file", ("a.wav", file, "audio/wav")))
-        return httpx.post(f"{self.url}/v1/audio/{endpoint}", files=parts, **{"timeout": 30, **kw})
-
-    def metric(self, name: str, **labels: str) -> float:
-        text = httpx.get(f"{self.url}/metrics").text
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith((name + "{", name + " ")) and all(
-                f'{k}="{v}"' in line for k, v in labels.items()
-            ):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-
-def endpoint_slice(
-    service: str, urls: list[str], terminating: Sequence[str] = (), name: str = "abcde"
-) -> dict[str, Any]:
-    """An EndpointSlice of `service` listing base URLs (one port for all: the slice's)."""
-    port = int((urls or terminating or ["http://x:8000"])[0].rsplit(":", 1)[1])
-    eps = [
-        {
-            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
-            "conditions": {"ready": True, "serving": True, "terminating": False},
-        }
-        for u in urls
-    ]
-    eps += [
-        {
-            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
-            "conditions": {"ready": False, "serving": True, "terminating": True},
-        }
-        for u in terminating
-    ]
-    return {"metadata": {"name": f"{service}-{name}", "labels": {"kubernetes.io/service-name": service}},
-            "ports": [{"name": "http", "port": port}], "endpoints": eps}  # fmt: skip
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(vllm_app(SERVED, b)) as running:
-        yield running, b
 
 
 @pytest.fixture
@@ -111,11 +44,6 @@ def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
     fe = Frontend(table)
     yield fe
     fe.running.stop()
-
-
-def assert_still_serving(fe: Frontend) -> None:
-    r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
-    assert r.text == FIXTURE_TEXT
 
 
 # --------------------------------------------------------------------------- formats
@@ -202,10 +130,6 @@ def test_stream_is_translated_to_openai_events_as_they_arrive(
     assert fields["stream"] == "true" and fields["stream_include_usage"] == "true"
 
 
-def sse_events(r: httpx.Response) -> list[dict[str, Any]]:
-    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
-
-
 def test_a_worker_failing_mid_stream_reaches_the_client_as_an_error(
     frontend: Frontend, worker: tuple[Running, Behaviour]
 ) -> None:
@@ -246,7 +170,7 @@ def test_a_worker_stream_that_breaks_off_is_an_error_too(
     body = recording(VLLM, "stream")[2]
     truncated = body[: body.index("data: [DONE]")]
     monkeypatch.setattr(
-        "tests.standins.recording",
+        "testkit.standins.recording",
         lambda d, n: (200, "text/event-stream", truncated) if n == "stream" else recording(d, n),
     )
     events = sse_events(frontend.post({"model": "whisper-1", "stream": "true"}))
@@ -283,12 +207,6 @@ def test_request_id_is_forwarded_and_returned(
 
 
 # --------------------------------------------------------------------------- errors
-
-
-def error(r: httpx.Response) -> dict[str, Any]:
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
-    return dict(body["error"])
 
 
 BAD_INPUTS = [
@@ -618,7 +536,7 @@ def test_vllms_recorded_verbose_json_goes_through_as_recorded(frontend: Frontend
 def test_the_stand_ins_invented_segments_have_vllms_recorded_shape() -> None:
     """Segments are invented for multilingual models; they must not drift from vLLM's
     recorded segment (same fields, same JSON types where the recording has a value)."""
-    from tests.standins import _segments_body
+    from testkit.standins import _segments_body
 
     recorded = json.loads(recording(VLLM, "verbose_json")[2])
     invented = json.loads(_segments_body(recording(VLLM, "verbose_json")[2]))
@@ -629,13 +547,6 @@ def test_the_stand_ins_invented_segments_have_vllms_recorded_shape() -> None:
         for k, v in shape.items():
             if v is not None:
                 assert type(seg[k]) is type(v) or {type(seg[k]), type(v)} <= {int, float}, k
-
-
-@pytest.fixture
-def transformers_worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(transformers_app(b)) as running:
-        yield running, b
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.audio import tone_wav
-from tests.standins import Behaviour, Running, start, vllm_app
+from testkit.audio import tone_wav
+from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from tests.audio import SENTENCES, speak, wer
-from tests.standins import Behaviour, Running, serve, start, vllm_app
+from testkit.audio import SENTENCES, speak, wer
+from testkit.standins import Behaviour, Running, serve, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from lupa import LuaRuntime
 
-from tests.conftest import make_td
+from testkit.resources import make_td
 from transcription_operator.config import OperatorConfig
 from transcription_operator.plan import plan
 from transcription_operator.status import Observed, compute_status, status_body

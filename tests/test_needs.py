@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_td
+from testkit.resources import make_td
 from transcription_api.capabilities import (
     FAMILY_CAPABILITIES,
     Capability,

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import make_td
+from testkit.resources import make_td
 from transcription_operator.children import frontend_rbac
 from transcription_operator.kinds import CHILDREN, KINDS, leader_election_rules, rbac_rules
 from transcription_operator.main import LEASE_NAME

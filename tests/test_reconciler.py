@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_td
+from testkit.operator import World
 from transcription_operator.cache import Cache
-from transcription_operator.config import OperatorConfig
 from transcription_operator.kube import KubeError
 from transcription_operator.names import MANAGED_BY_LABEL
-from transcription_operator.reconciler import Reconciler, RetryLater, is_subset
+from transcription_operator.reconciler import RetryLater, is_subset
 
 
 def test_fields_the_api_server_adds_are_not_drift() -> None:
@@ -41,81 +40,6 @@ def test_scalars_compare_by_value() -> None:
 
 
 # --------------------------------------------------------------------------- decisions
-
-
-class RecordingKube:
-    """An API server stand-in: keeps what is applied, adds what a server adds (uid,
-    resourceVersion, defaults), records every write, and fails where told to."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.writes: list[tuple[str, ...]] = []
-        self.refuse: dict[str, KubeError] = {}  # object name -> the error applying it gets
-        self.unserved: set[str] = set()  # kinds whose API is not served (404)
-        self.secrets: set[str] = set()
-        self.secret_error: KubeError | None = None
-        self.status: dict[str, Any] | None = None
-        self.events: list[tuple[str, str]] = []
-
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        name = manifest["metadata"]["name"]
-        self.writes.append(("apply", manifest["kind"], name))
-        if name in self.refuse:
-            raise self.refuse[name]
-        if manifest["kind"] in self.unserved:
-            raise KubeError(
-                404, "Not Found", '{"message": "the server could not find the requested resource"}'
-            )
-        obj = copy.deepcopy(manifest)
-        obj["metadata"].update(uid=f"uid-{manifest['kind']}-{name}", resourceVersion="1")
-        if manifest["kind"] == "Service":
-            obj["spec"]["clusterIP"] = "10.0.0.1"  # a default the server adds: not drift
-        self.objects[(manifest["kind"], name)] = obj
-        return obj
-
-    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> bool:
-        self.writes.append(("delete", kind, name, uid or ""))
-        return self.objects.pop((kind, name), None) is not None
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.writes.append(("status", name))
-        self.status = status
-
-    def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
-        self.writes.append(("event", reason))
-        self.events.append((type_, reason))
-
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        assert kind == "Secret"
-        if self.secret_error:
-            raise self.secret_error
-        return {"metadata": {"name": name}} if name in self.secrets else None
-
-
-class World:
-    """One resource in the watch cache, the reconciler, and the recording client."""
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.kube = RecordingKube()
-        self.cache = Cache()
-        self.reconciler = Reconciler(self.kube, self.cache, OperatorConfig())  # type: ignore[arg-type]
-        self.set_spec(spec)
-
-    def set_spec(self, spec: dict[str, Any], generation: int = 3) -> None:
-        body = make_td(spec).model_dump(by_alias=True, exclude_none=True, mode="json")
-        body["metadata"]["generation"] = generation
-        old = self.cache.get("TranscriptionDeployment", "speech", "whisper")
-        if old and old.get("status"):
-            body["status"] = old["status"]
-        self.cache.put(body)
-
-    def reconcile(self) -> Any:
-        self.kube.writes.clear()
-        return self.reconciler.reconcile("speech", "whisper")
-
-    def condition(self, type_: str) -> dict[str, Any]:
-        assert self.kube.status is not None
-        return next(c for c in self.kube.status["conditions"] if c["type"] == type_)
 
 
 SPEC = {"model": {"name": "openai/whisper-large-v3-turbo"},
@@ -282,7 +206,6 @@ def test_pods_and_their_events_are_indexed_by_resource() -> None:
 
 
 def test_the_cache_never_goes_back_to_an_older_version() -> None:
-    from transcription_operator.cache import Cache
 
     cache = Cache()
 
@@ -302,7 +225,6 @@ def test_the_cache_never_goes_back_to_an_older_version() -> None:
 def test_a_relist_forgets_what_was_deleted_while_the_watch_was_away() -> None:
     """As an informer's relist: the listing is the truth, except for what the watches
     stored or dropped after the listing began (they are newer)."""
-    from transcription_operator.cache import Cache
 
     cache = Cache()
 

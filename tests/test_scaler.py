@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.standins import Behaviour, Running, free_port, serve, vllm_app
-from tests.test_frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
+from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
+from testkit.standins import Behaviour, Running, free_port, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.externalscaler import externalscaler_pb2 as pb

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.audio import require_tools, tone_wav
+from testkit.audio import require_tools, tone_wav
 from transcription_api.errors import APIError
 from transcription_frontend.sniff import probe
 

@@ -6,50 +6,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_td
+from testkit.operator import CFG, T0, T1, conditions, deployment, run
+from testkit.resources import make_td
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
-from transcription_operator.config import OperatorConfig
 from transcription_operator.plan import plan
 from transcription_operator.status import Observed, compute_status, status_body
-
-CFG = OperatorConfig()
-T0, T1 = "2026-11-30T10:00:00Z", "2026-11-30T10:05:00Z"
-
-
-def deployment(
-    name: str,
-    desired: int,
-    ready: int,
-    generation: int = 1,
-    observed: int = 1,
-    updated: int | None = None,
-) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "generation": generation},
-        "spec": {"replicas": desired},
-        "status": {
-            "observedGeneration": observed,
-            "replicas": desired,
-            "updatedReplicas": desired if updated is None else updated,
-            "readyReplicas": ready,
-        },
-    }
-
-
-def conditions(st: TranscriptionDeploymentStatus) -> dict[str, tuple[str, str]]:
-    return {c.type: (c.status.value, c.reason) for c in st.conditions}
-
-
-def run(
-    td: TranscriptionDeployment,
-    deps: list[dict[str, Any]],
-    now: str = T0,
-    problems: list[tuple[str, str]] | None = None,
-) -> TranscriptionDeploymentStatus:
-    observed = Observed(
-        deployments={d["metadata"]["name"]: d for d in deps}, problems=problems or []
-    )
-    return compute_status(td, plan(td.spec), observed, CFG, now)
 
 
 def with_status(

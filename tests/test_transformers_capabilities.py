@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_td
-from tests.standins import TRANSFORMERS, recording
+from testkit.resources import make_td
+from testkit.standins import TRANSFORMERS, recording
 from transcription_api import capabilities
 from transcription_api.capabilities import Capability, Engine, Mode, ModelFamily, capability_set
 from transcription_api.routes import PoolRoute, RouteTable

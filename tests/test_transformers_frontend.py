@@ -12,22 +12,23 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.audio import convert, speak, tone_wav
-from tests.standins import (
+from testkit.audio import convert, speak, tone_wav
+from testkit.frontend import PRIMARY, SERVED, Frontend, error, pool
+from testkit.standins import (
     TRANSFORMERS,
     VLLM,
     Behaviour,
     Running,
     recording,
     serve,
-    transformers_app,
     vllm_app,
 )
-from tests.test_frontend import PRIMARY, SERVED, Frontend, error, pool
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 
 WORKER_MODEL = "/models/whisper-tiny.en"
+
+pytestmark = pytest.mark.standin("transformers")
 TEXT = json.loads(recording(TRANSFORMERS, "json")[2])["text"]
 VLLM_TEXT = json.loads(recording(VLLM, "json")[2])["text"]
 WAV = tone_wav(0.5)
@@ -36,13 +37,6 @@ WAV = tone_wav(0.5)
 def transformers_pool(url: str) -> PoolRoute:
     p = pool("batch", [url], engine=Engine.TRANSFORMERS, mode=Mode.CONTINUOUS)
     return p.model_copy(update={"worker_model": WORKER_MODEL})
-
-
-@pytest.fixture
-def worker() -> Iterator[tuple[Running, Behaviour]]:
-    b = Behaviour()
-    with serve(transformers_app(b, model=WORKER_MODEL)) as running:
-        yield running, b
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_td
+from testkit.resources import make_td
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig

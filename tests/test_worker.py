@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.audio import SENTENCES, convert, speak, tone_wav, wer
-from tests.standins import Running, start
+from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
+from testkit.standins import Running, start
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
 from transcription_worker.engine import Transcriber

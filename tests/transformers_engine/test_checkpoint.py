@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoProcessor, WhisperForConditionalGeneration
 
-from tests.transformers_engine.conftest import WHISPER
+from testkit.transformers_serve import WHISPER
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 from transcription_worker.hf_whisper import ConversionError, read_ct2
 

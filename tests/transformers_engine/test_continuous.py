@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.audio import SENTENCES, speak, wer
-from tests.transformers_engine.conftest import Server, check_recording
+from testkit.audio import SENTENCES, speak, wer
+from testkit.transformers_serve import Server, check_recording
 from transcription_api.capabilities import Mode, ModelFamily
 
 REFUSAL = "Audio transcription requires sequential generation (not CB)"

@@ -22,12 +22,12 @@ import pytest
 from transformers.cli.serving.chat_completion import TransformersCompletionCreateParamsStreaming
 from transformers.cli.serving.transcription import TransformersTranscriptionCreateParams
 
-from tests import standins
-from tests.audio import SENTENCES, convert, speak, tone_wav, wer
-from tests.conftest import make_td
-from tests.standins import free_port
-from tests.transformers_engine.conftest import WHISPER, Server, check_recording, launch
-from tests.transformers_engine.test_split import frontend, with_endpoints
+from testkit import standins
+from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
+from testkit.processes import frontend, with_endpoints
+from testkit.resources import make_td
+from testkit.standins import free_port
+from testkit.transformers_serve import WHISPER, Server, check_recording, launch
 from transcription_api.capabilities import Engine, Mode, ModelFamily, capability_set
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.audio import SENTENCES, convert, speak, tone_wav, wer
-from tests.transformers_engine.conftest import Server, check_recording
+from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
+from testkit.transformers_serve import Server, check_recording
 from transcription_api.capabilities import Mode
 
 PLACEHOLDER = "<checkpoint>"

@@ -9,10 +9,7 @@ translations, and the frontend sends segment formats there too.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +18,11 @@ import httpx
 import openai
 import pytest
 
-from tests.audio import SENTENCES, speak, wer
-from tests.conftest import make_td
-from tests.standins import free_port
-from tests.transformers_engine.conftest import WHISPER, Server, launch
+from testkit.audio import SENTENCES, speak, wer
+from testkit.processes import BIN, frontend, start, with_endpoints
+from testkit.resources import make_td
+from testkit.standins import free_port
+from testkit.transformers_serve import WHISPER, Server, launch
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
@@ -33,50 +31,12 @@ from transcription_operator.children import route_table, worker_settings
 from transcription_operator.plan import plan
 from transcription_worker.hf_whisper import default_source
 
-BIN = Path(sys.executable).parent
 SPEC: dict[str, Any] = {
     "model": {"name": WHISPER, "aliases": ["whisper-1"]},
     "engine": "transformers",
     "pools": [{"name": "batch", "mode": "continuous"}],
     "traffic": {"endpoints": ["transcriptions", "translations"], "features": ["stream"]},
 }
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not ready in {timeout}s:\n{log.read_text()[-3000:]}")
-
-
-def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=cwd, env={**os.environ, **(env or {})},
-                                stdout=out, stderr=out)  # fmt: skip
-    wait_http(url, proc, log)
-    return proc
-
-
-def frontend(table: RouteTable, d: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    (d / "routes.json").write_text(table.dumps())
-    port = free_port()
-    proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"),
-                  "--host", "127.0.0.1", "--port", str(port)], d / "frontend.log",
-                 f"http://127.0.0.1:{port}/ready")  # fmt: skip
-    return f"http://127.0.0.1:{port}", proc
-
-
-def with_endpoints(table: RouteTable, urls: dict[str, str]) -> RouteTable:
-    pools = [p.model_copy(update={"endpoints": [urls[p.name]]}) for p in table.pools]
-    return table.model_copy(update={"pools": pools})
 
 
 @pytest.fixture(scope="module")

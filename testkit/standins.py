@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 VLLM = FIXTURES / "vllm-0.32"
 TRANSFORMERS = FIXTURES / "transformers-5.24"
 VLLM_MAX_BYTES = 25 * 1024 * 1024

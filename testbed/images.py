@@ -5,7 +5,7 @@ No registry can be reached from this machine, so everything starts from Debian's
 - ``base``: a Debian bookworm root file system made by ``debootstrap`` (Python 3.11 and pip,
   arranged like the public ``python:*-slim`` images), the ``BASE_IMAGE`` build argument of
   every project Dockerfile (whose default stays the public image);
-- ``pause``: the pod sandbox image, a static C program (``e2e/images/pause.c``);
+- ``pause``: the pod sandbox image, a static C program (``testbed/containerfiles/pause.c``);
 - ``operator``, ``frontend`` and ``worker-cpu`` (Whisper tiny.en baked in): the project's own
   Dockerfiles, built with Debian's ``buildah`` (vfs storage, chroot isolation).
 
@@ -14,13 +14,12 @@ of its Dockerfile, build arguments, base image and every source file it copies: 
 Dockerfile or source file rebuilds it (and gives it a new tag, so pods roll). The real
 node imports the archives into containerd.
 
-    python e2e/images.py build      build what is missing (progress shown)
-    python e2e/images.py list       the image references and whether each is built
+    python -m testbed images build   build what is missing (progress shown)
+    python -m testbed images list    the image references and whether each is built
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -85,13 +84,15 @@ class Image:
 
 
 BASE = Image("base")
-PAUSE = Image("pause", "e2e/images/Containerfile.pause", sources=("e2e/images",))
+PAUSE = Image(
+    "pause", "testbed/containerfiles/Containerfile.pause", sources=("testbed/containerfiles",)
+)
 OPERATOR = Image("operator", "operator/Dockerfile", sources=sources("operator"))
 FRONTEND = Image("frontend", "frontend_image/Dockerfile", sources=sources("frontend_image"))
 WORKER_CPU = Image(
     "worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"}, sources("worker_image")
 )
-BINARY_FILE = "e2e/images/Containerfile.binary"
+BINARY_FILE = "testbed/containerfiles/Containerfile.binary"
 COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
 KEDA = Image("keda", BINARY_FILE, binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
@@ -107,7 +108,7 @@ WORKER_TRANSFORMERS = Image(
 ON_DEMAND = (WORKER_TRANSFORMERS,)
 # The images that hold no test-bed binary: they can build while the binaries compile.
 WITHOUT_BINARY = tuple(i for i in ALL if not i.binary)
-# Where each binary image's binary comes from: set by the test bed (testbed.py).
+# Where each binary image's binary comes from: set by the cluster module (cluster.py).
 BINARIES: dict[str, Path] = {}
 
 
@@ -231,7 +232,7 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
         context = tmp / "context"
         context.mkdir()
         subprocess.run(
-            ["gcc", "-static", "-Os", "-s", "-o", str(context / "pause"), str(HERE / "images" / "pause.c")],
+            ["gcc", "-static", "-Os", "-s", "-o", str(context / "pause"), str(HERE / "containerfiles" / "pause.c")],
             check=True,
         )  # fmt: skip
     # This machine's trust store, for the RUN steps only (pip behind a TLS-inspecting
@@ -287,20 +288,3 @@ def _in_store(image: Image) -> bool:
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    import testbed  # noqa: F401  (it tells this module where the test bed's binaries are)
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "list"])
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        build()
-    for i in ALL:
-        print(f"{i.name:12} {'built' if archive(i).exists() else 'missing':8} {ref(i)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ numbers.
 
 The stack: the operator in the cluster (the chart, from its image) running the CPU sample
 with an autoscaled pool (KEDA; the frontend is its external-push scaler) and two frontend
-replicas. Each event runs while `Load` (e2e/load.py) sends steady traffic through the
+replicas. Each event runs while `Load` (testbed/load.py) sends steady traffic through the
 frontend's Service, and returns a `Result`: the requests started during the event and how
 long the cluster took to settle.
 """
@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import testbed
-from conftest import Kubectl, create_namespace, operator_in_cluster, wait_for
-from load import Load, Outcome
-from test_operator import SAMPLES, condition, td_get
+import testbed.cluster
+from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get, wait_for
+from testbed.load import Load, Outcome
+from testbed.operators import operator_in_cluster
 
 NAME, POOL = "whisper-cpu", "cpu"
 RELEASE = "scaling-operator"
@@ -79,11 +79,7 @@ class Scaling:
         return int(dep["spec"].get("replicas", 0)), int(dep["status"].get("readyReplicas") or 0)
 
     def pods(self, component: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.kubectl.json(
-            "get", "pods", "-n", self.namespace,
-            "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component={component}",
-        )["items"]  # fmt: skip
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return self.kubectl.pods(self.namespace, NAME, component)
 
     def load(self, clients: int, stream: bool = False) -> Load:
         return Load(self.url, self.audio, clients, stream=stream)
@@ -348,7 +344,7 @@ def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
 def container_pid(pod: dict[str, Any]) -> int:
     """The host PID of a pod's container process (its init, as containerd runs it)."""
     cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    out = testbed.node().ctr("tasks", "ls") or ""
+    out = testbed.cluster.node().ctr("tasks", "ls") or ""
     for line in out.splitlines()[1:]:
         task, pid, *_ = line.split()
         if task == cid:
@@ -360,7 +356,7 @@ def restart_api_server() -> float:
     """Stop the API server and start it again with the same command line, under kwokctl's
     PID file (so that `testbed down` stops the new process too); returns how long it was
     away."""
-    cluster = testbed.WORKDIR / "clusters" / testbed.CLUSTER
+    cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
     pidfile = cluster / "pids" / "kube-apiserver.pid"
     pid = int(pidfile.read_text())
     cmdline = _cmdline(Path(f"/proc/{pid}"))
@@ -373,7 +369,7 @@ def restart_api_server() -> float:
         proc = subprocess.Popen(cmdline, cwd=cluster, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
     pidfile.write_text(str(proc.pid))
-    wait_for(testbed.is_up, timeout=120, interval=0.5, what="the API server back")
+    wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
     return time.monotonic() - start
 
 

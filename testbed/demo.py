@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The demo (`make demo`): the whole path, on this machine, with real transcription.
 
 1. brings up the local test bed: a real control plane, KWOK's simulated GPU nodes and one
@@ -12,7 +11,7 @@
    frontend's Service (ClusterIP -> frontend pod -> worker pod), and prints the transcript,
    the resource's status and a few metrics.
 
-`python e2e/demo.py down` (`make demo-down`) stops everything it started.
+`python -m testbed.demo down` (`make demo-down`) stops everything it started.
 """
 
 from __future__ import annotations
@@ -22,18 +21,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT)]
-import images  # noqa: E402
-import testbed  # noqa: E402
+import testbed.cluster
+from testbed import images
+from testbed.kube import ROOT
 
-STATE = testbed.CACHE / "demo"
+STATE = testbed.cluster.CACHE / "demo"
 NAMESPACE, SYSTEM_NS, RELEASE = "speech", "transcription-system", "transcription-operator"
 SAMPLE = ROOT / "samples" / "cpu-faster-whisper.yaml"
 SENTENCE = "Please send me the report before the end of the week."
@@ -45,7 +41,7 @@ def step(n: int, msg: str) -> None:
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
-    return testbed.kubectl(*args, input=input, check=check)
+    return testbed.cluster.kubectl(*args, input=input, check=check)
 
 
 def wait_ready(name: str, timeout: float = 180) -> dict[str, Any]:
@@ -103,14 +99,14 @@ def _adopt() -> list[str]:
 def up() -> int:
     step(1, "local Kubernetes test bed with a real node (the first run compiles binaries and "
             "builds images: over an hour on 2 cores, then cached)")  # fmt: skip
-    testbed.up()
+    testbed.cluster.up()
     refs = images.refs()
 
     step(2, "Helm chart: CRD, RBAC, and the operator running in the cluster from its image")
     namespace(SYSTEM_NS)
     repo, tag = refs["operator"].rsplit(":", 1)
-    out = subprocess.run([str(testbed.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
-                          "-n", SYSTEM_NS, "--wait", "--timeout", "3m", "--kubeconfig", str(testbed.KUBECONFIG),
+    out = subprocess.run([str(testbed.cluster.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
+                          "-n", SYSTEM_NS, "--wait", "--timeout", "3m", "--kubeconfig", str(testbed.cluster.KUBECONFIG),
                           "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
                           "--set", "image.pullPolicy=Never",
                           "--set", f"defaultImages.frontend={refs['frontend']}",
@@ -131,7 +127,7 @@ def up() -> int:
     step(4, "transcribe with the OpenAI Python client: Service -> frontend pod -> worker pod")
     from openai import OpenAI
 
-    from tests.audio import speak, wer
+    from testkit.audio import speak, wer
 
     svc = json.loads(kubectl("get", "service", name, "-n", NAMESPACE, "-o", "json"))
     base = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
@@ -159,14 +155,14 @@ def up() -> int:
     for line in metric_lines(f"http://{ips['worker']}:8000/metrics",
                              ("vllm:e2e_request_latency_seconds_sum", "vllm:request_success_total")):  # fmt: skip
         print(f"    worker pod   {line}")
-    print(f"\nStill running on the test bed: KUBECONFIG={testbed.KUBECONFIG}\n"
+    print(f"\nStill running on the test bed: KUBECONFIG={testbed.cluster.KUBECONFIG}\n"
           f"Try: curl {base}/v1/audio/transcriptions -F model=whisper-1 -F response_format=srt -F file=@{wav}\n"
           f"Stop everything: make demo-down")  # fmt: skip
     return 0
 
 
 def down() -> int:
-    testbed.down()
+    testbed.cluster.down()
     return 0
 
 

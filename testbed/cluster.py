@@ -1,14 +1,10 @@
-#!/usr/bin/env python3
-"""The local Kubernetes test bed: a real control plane with fake (GPU) nodes.
+"""The cluster: a real control plane with fake (GPU) nodes and a real node.
 
-    python e2e/testbed.py build    build the pinned binaries into the cache (once)
-    python e2e/testbed.py up       start the cluster and register the fake nodes
-    python e2e/testbed.py status   show what runs and where the kubeconfig is
-    python e2e/testbed.py down     stop the cluster and remove its state
+Run it as ``python -m testbed build|up|status|down`` (see ``testbed/__main__.py``).
 
 The binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd,
 kwok, kwokctl, helm) are compiled from Go modules fetched through the module proxy. Each
-tool's version is pinned by the wrapper module in ``e2e/tools/<tool>/go.mod``; the build
+tool's version is pinned by the wrapper module in ``testbed/tools/<tool>/go.mod``; the build
 lands in ``$TESTBED_CACHE/<tool>-<version>/`` (default ``~/.cache/transcription-operator/
 testbed``) and is reused until the pinned version changes. kwokctl's ``binary`` runtime
 runs the components as local processes on 127.0.0.1; KWOK's controller makes the fake
@@ -19,7 +15,6 @@ Only the standard library is used, so this works before the virtual environment 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -36,11 +31,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from testbed import addons, images, realnode
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import addons  # noqa: E402
-import images  # noqa: E402
-import realnode  # noqa: E402
 
 TOOLS = HERE / "tools"
 CLUSTER = os.environ.get("TESTBED_NAME", "transcription")
@@ -57,7 +50,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 
 @dataclass(frozen=True)
 class Tool:
-    """One wrapper module under e2e/tools and the binaries built from it."""
+    """One wrapper module under testbed/tools and the binaries built from it."""
 
     name: str
     module: str  # the module whose version names the cache entry
@@ -642,24 +635,3 @@ def status() -> int:
         return 0
     print(f"cluster {CLUSTER!r}: down")
     return 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "up", "down", "status", "kubeconfig"])
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        build_all()
-    elif args.command == "up":
-        up()
-    elif args.command == "down":
-        down()
-    elif args.command == "kubeconfig":
-        print(KUBECONFIG)
-    else:
-        return status()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

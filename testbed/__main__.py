@@ -1,0 +1,51 @@
+"""The test bed's command line.
+
+    python -m testbed build          build the pinned binaries and the images (once)
+    python -m testbed up             start the cluster and register the fake nodes
+    python -m testbed status         show what runs and where the kubeconfig is
+    python -m testbed down           stop the cluster and remove its state
+    python -m testbed kubeconfig     print the kubeconfig's path
+    python -m testbed images build   build the images that are missing (progress shown)
+    python -m testbed images list    the image references and whether each is built
+
+Only the standard library is used, so this works before the virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from testbed import cluster, images
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("build", "up", "down", "status", "kubeconfig"):
+        commands.add_parser(name)
+    image = commands.add_parser("images", help="the project's images alone")
+    image.add_argument("action", choices=["build", "list"])
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        cluster.build_all()
+    elif args.command == "up":
+        cluster.up()
+    elif args.command == "down":
+        cluster.down()
+    elif args.command == "kubeconfig":
+        print(cluster.KUBECONFIG)
+    elif args.command == "images":
+        if args.action == "build":
+            images.build()
+        for i in images.ALL:
+            print(
+                f"{i.name:12} {'built' if images.archive(i).exists() else 'missing':8} {images.ref(i)}"
+            )
+    else:
+        return cluster.status()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The gateway in-process over real HTTP, for the fast tests: a route table's pools, the
+frontend serving them, and the readers of its answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from testkit.audio import tone_wav
+from testkit.standins import TRANSFORMERS, VLLM, Running, recording, start
+from transcription_api.capabilities import Engine, Mode, ModelFamily
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.app import Gateway, create_app
+from transcription_frontend.routing import Router
+
+PRIMARY = "openai/whisper-large-v3-turbo"
+SERVED = [PRIMARY, "whisper-1"]
+AUDIO_LM_MODEL = "/models/qwen2-audio"  # the name the worker loaded; clients never say it
+WAV = tone_wav(0.5)
+FIXTURE_TEXT = json.loads(recording(VLLM, "json")[2])["text"]  # what the vLLM stand-in says
+RECORDED = json.loads(recording(TRANSFORMERS, "cb_audio_lm_chat_audio")[2])
+RECORDED_DELTAS = ["International", " Rush", "mes", " Officials", " Exile"]
+
+
+def pool(
+    name: str, urls: list[str], engine: Engine = Engine.VLLM, mode: Mode = Mode.CONTINUOUS
+) -> PoolRoute:
+    return PoolRoute(name=name, engine=engine, mode=mode, service=f"svc-{name}", endpoints=urls)
+
+
+class Frontend:
+    def __init__(self, table: RouteTable, keys: Path | None = None, **gateway: Any) -> None:
+        self.router = Router(table)
+        self.gateway = Gateway(router=self.router, api_keys_path=keys, **gateway)
+        self.running: Running = start(create_app(self.gateway))
+        self.url = self.running.url
+        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
+
+    def endpoints(self, pool: str, urls: list[str], terminating: Sequence[str] = ()) -> None:
+        """Discovery's view of a pool changes: an EndpointSlice event, as the watch sends it."""
+        self.gateway.apply_slice("MODIFIED", endpoint_slice(f"svc-{pool}", urls, terminating))
+
+    def post(self, fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None = WAV,
+             endpoint: str = "transcriptions", **kw: Any) -> httpx.Response:  # fmt: skip
+        items = list(fields.items()) if isinstance(fields, dict) else fields
+        # Every field as a multipart part, in order (as the OpenAI SDK sends them).
+        parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in items]
+        if file is not None:
+            parts.append(("file", ("a.wav", file, "audio/wav")))
+        return httpx.post(f"{self.url}/v1/audio/{endpoint}", files=parts, **{"timeout": 30, **kw})
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = httpx.get(f"{self.url}/metrics").text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith((name + "{", name + " ")) and all(
+                f'{k}="{v}"' in line for k, v in labels.items()
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+def endpoint_slice(
+    service: str, urls: list[str], terminating: Sequence[str] = (), name: str = "abcde"
+) -> dict[str, Any]:
+    """An EndpointSlice of `service` listing base URLs (one port for all: the slice's)."""
+    port = int((urls or terminating or ["http://x:8000"])[0].rsplit(":", 1)[1])
+    eps = [
+        {
+            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+        }
+        for u in urls
+    ]
+    eps += [
+        {
+            "addresses": [u.split("//")[1].rsplit(":", 1)[0]],
+            "conditions": {"ready": False, "serving": True, "terminating": True},
+        }
+        for u in terminating
+    ]
+    return {"metadata": {"name": f"{service}-{name}", "labels": {"kubernetes.io/service-name": service}},
+            "ports": [{"name": "http", "port": port}], "endpoints": eps}  # fmt: skip
+
+
+def error(r: httpx.Response) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return dict(body["error"])
+
+
+def chat_pool(url: str, name: str = "chat", mode: Mode = Mode.CONTINUOUS) -> Any:
+    p = pool(name, [url], engine=Engine.TRANSFORMERS, mode=mode)
+    return p.model_copy(update={"family": ModelFamily.AUDIO_LM, "worker_model": AUDIO_LM_MODEL})
+
+
+def assert_still_serving(fe: Frontend) -> None:
+    r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
+    assert r.text == FIXTURE_TEXT
+
+
+def sse_events(r: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]

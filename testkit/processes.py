@@ -1,0 +1,54 @@
+"""The project's processes started as a pod would start them, for suites against real
+engines: wait for a health URL, the frontend on a route table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from testkit.standins import free_port
+from transcription_api.routes import RouteTable
+
+BIN = Path(sys.executable).parent
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=cwd, env={**os.environ, **(env or {})},
+                                stdout=out, stderr=out)  # fmt: skip
+    wait_http(url, proc, log)
+    return proc
+
+
+def frontend(table: RouteTable, d: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    (d / "routes.json").write_text(table.dumps())
+    port = free_port()
+    proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"),
+                  "--host", "127.0.0.1", "--port", str(port)], d / "frontend.log",
+                 f"http://127.0.0.1:{port}/ready")  # fmt: skip
+    return f"http://127.0.0.1:{port}", proc
+
+
+def with_endpoints(table: RouteTable, urls: dict[str, str]) -> RouteTable:
+    pools = [p.model_copy(update={"endpoints": [urls[p.name]]}) for p in table.pools]
+    return table.model_copy(update={"pools": pools})
