@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import openai
+from openai.types.audio import TranscriptionTextDoneEvent
 
 from testkit.audio import wer
 
@@ -16,33 +18,31 @@ def client(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+Format = Literal["json", "text", "srt", "vtt", "verbose_json"]
+FORMATS: tuple[Format, ...] = ("json", "text", "srt", "vtt", "verbose_json")
+CUE_LINES = re.compile(r"(?m)^(\d+|WEBVTT|.*-->.*)$")
+
+
+def transcribe(c: openai.OpenAI, wav: Path, fmt: Format) -> str:
+    """One transcription in `fmt`, as plain words (srt/vtt: the cues' text, which must have
+    timings)."""
+    with wav.open("rb") as f:
+        out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
+    text = out if isinstance(out, str) else out.text
+    if fmt in ("srt", "vtt"):
+        assert "-->" in text, text
+        text = CUE_LINES.sub("", text)
+    return " ".join(text.split())
 
 
 def transcribe_all(base_url: str, speech: dict[str, Path]) -> dict[str, float]:
-    """Every sentence in every response format, and streamed; returns the WER of each."""
+    """Every sentence in a response format of its own (the first sentence again for the
+    formats left over), and the last one streamed; returns the WER of each."""
     c = client(base_url)
-    rates: dict[str, float] = {}
-    for i, (sentence, wav) in enumerate(speech.items()):
-        fmt = FORMATS[i % len(FORMATS)]
-        with wav.open("rb") as f:
-            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
-        text = out if isinstance(out, str) else out.text
-        if fmt in ("srt", "vtt"):
-            assert "-->" in text, text
-            text = " ".join(
-                line for line in text.splitlines()
-                if line.strip() and "-->" not in line and not line.strip().isdigit() and line != "WEBVTT"
-            )  # fmt: skip
-        rates[f"{fmt}: {sentence}"] = wer(sentence, text)
-    for fmt in FORMATS[len(speech) :]:  # the formats the sentences above did not cover
-        sentence, wav = next(iter(speech.items()))
-        with wav.open("rb") as f:
-            out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
-        text = out if isinstance(out, str) else out.text
-        if fmt in ("srt", "vtt"):
-            assert "-->" in text, text
-        rates[f"{fmt}: {sentence}"] = wer(sentence, re.sub(r"(?m)^(\d+|WEBVTT|.*-->.*)$", "", text))
+    items = list(speech.items())
+    cases = [(FORMATS[i % len(FORMATS)], s, w) for i, (s, w) in enumerate(items)]
+    cases += [(fmt, *items[0]) for fmt in FORMATS[len(items) :]]
+    rates = {f"{fmt}: {s}": wer(s, transcribe(c, w, fmt)) for fmt, s, w in cases}
     rates.update(stream_wer(c, speech))
     return rates
 
@@ -53,8 +53,10 @@ def stream_wer(c: openai.OpenAI, speech: dict[str, Path]) -> dict[str, float]:
     with wav.open("rb") as f:
         events = list(c.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
     kinds = [e.type for e in events]
-    assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds, kinds
-    return {f"stream: {sentence}": wer(sentence, events[-1].text)}
+    done = events[-1]
+    assert isinstance(done, TranscriptionTextDoneEvent), kinds
+    assert "transcript.text.delta" in kinds, kinds
+    return {f"stream: {sentence}": wer(sentence, done.text)}
 
 
 def report(path: str, rates: dict[str, float]) -> None:
