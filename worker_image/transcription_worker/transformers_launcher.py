@@ -15,15 +15,18 @@ the route table carries as the pool's `worker_model`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.worker import WorkerSettings
+
+from .launch import Launcher, LaunchError
+
+__all__ = ["LaunchError", "environment", "main", "transformers_args", "warnings"]
 
 # Flags the launcher sets from the resource's spec; users set them there, not in engineArgs.
 MANAGED_FLAGS = {
@@ -38,10 +41,6 @@ MANAGED_FLAGS = {
 }
 # Model types whose processor `transformers serve`'s transcription endpoint can drive.
 WHISPER_MODEL_TYPES = frozenset({"whisper"})
-
-
-class LaunchError(ValueError):
-    pass
 
 
 def transformers_args(s: WorkerSettings) -> list[str]:
@@ -127,27 +126,22 @@ def check_with_transformers_parser(args: list[str]) -> None:
         raise LaunchError(f"transformers serve rejects the arguments: {e.format_message()}") from e
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="transcription-transformers-launcher", description=__doc__)
-    p.add_argument("--print", action="store_true", help="print the command, do not run it")
-    opts = p.parse_args(argv)
-    try:
-        settings = WorkerSettings.from_env()
-        args = transformers_args(settings)
-        check_with_transformers_parser(args)
-    except (LaunchError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for w in warnings(settings):
-        print(f"warning: {w}", file=sys.stderr)
-    if opts.print:
-        print(shlex.join(args))
-        return 0
-    print(f"starting: {shlex.join(args)}", file=sys.stderr, flush=True)
-    # The `transformers` command of the launcher's own environment, PATH or not.
+def start(settings: WorkerSettings, args: list[str]) -> NoReturn:
+    """The `transformers` command of the launcher's own environment, PATH or not."""
     sibling = Path(sys.executable).parent / args[0]
     program = str(sibling) if sibling.exists() else args[0]
     os.execvpe(program, args, environment(settings, dict(os.environ)))
+
+
+LAUNCHER = Launcher(
+    prog="transcription-transformers-launcher",
+    doc=__doc__ or "",
+    command=transformers_args,
+    check=check_with_transformers_parser,
+    warnings=warnings,
+    start=start,
+)
+main = LAUNCHER.main
 
 
 if __name__ == "__main__":

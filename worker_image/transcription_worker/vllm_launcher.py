@@ -15,7 +15,6 @@ import contextlib
 import functools
 import io
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -24,9 +23,9 @@ from typing import Any
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import WorkerSettings, managed_flag, managed_flag_message
 
+from .launch import Launcher, LaunchError
 
-class LaunchError(ValueError):
-    pass
+__all__ = ["LaunchError", "check_with_vllm_parser", "main", "vllm_args"]
 
 
 def vllm_args(s: WorkerSettings) -> list[str]:
@@ -136,22 +135,14 @@ def check_with_vllm_parser(args: list[str]) -> argparse.Namespace | None:
     return parsed
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="transcription-vllm-launcher", description=__doc__)
-    p.add_argument("--print", action="store_true", help="print the vllm command, do not run it")
-    opts = p.parse_args(argv)
-    try:
-        settings = WorkerSettings.from_env()
-        args = vllm_args(settings)
-        check_with_vllm_parser(args)
-    except (LaunchError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if opts.print:
-        print(shlex.join(args))
-        return 0
-    print(f"starting: {shlex.join(args)}", file=sys.stderr, flush=True)
-    os.execvp(args[0], args)
+LAUNCHER = Launcher(
+    prog="transcription-vllm-launcher",
+    doc=__doc__ or "",
+    command=vllm_args,
+    check=check_with_vllm_parser,
+    print_help="print the vllm command, do not run it",
+)
+main = LAUNCHER.main
 
 
 if __name__ == "__main__":
