@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from testkit.operator import World, conditions, deployment, run
 from testkit.resources import make_td
-from transcription_api.capabilities import Engine, Mode, capability_set
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.engines import capability_set
 from transcription_api.v1alpha1 import duration_seconds
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig

@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 
 from testkit.resources import make_td
-from transcription_api.capabilities import (
-    FAMILY_CAPABILITIES,
-    Capability,
-    ModelFamily,
-    family_engines,
-    request_needs,
-)
+from transcription_api.capabilities import Capability, ModelFamily, request_needs
 from transcription_api.chat import parse_chat
+from transcription_api.engines import capability_sets, family_engines
 from transcription_api.openai import Granularity, ResponseFormat
 from transcription_api.params import parse_request
 from transcription_api.routes import RouteTable
@@ -47,7 +42,7 @@ def pool_shapes(family: ModelFamily) -> Iterator[list[dict[str, Any]]]:
     pools of different engines."""
     yield []
     singles = [
-        {"name": "p", "engine": e.value, "mode": m.value} for e, m in FAMILY_CAPABILITIES[family]
+        {"name": "p", "engine": e.value, "mode": m.value} for e, m in capability_sets(family)
     ]
     yield from ([p] for p in singles)
     for a, b in itertools.combinations(singles, 2):

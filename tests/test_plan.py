@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from transcription_api.capabilities import Capability, Engine, Mode, traffic_needs
+from transcription_api.engines import Asked
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 from transcription_operator.plan import plan
 
@@ -76,7 +77,7 @@ def test_audio_lm_chat_and_transcription_are_covered_in_both_modes() -> None:
         assert not p.automatic and not p.uncovered
         caps = p.pools[0].capabilities
         assert caps.capabilities == {Capability.CHAT, Capability.TRANSCRIPTIONS, Capability.STREAM}
-        assert caps.transcribe_via_chat
+        assert p.pools[0].serving.asked == Asked.CHAT
 
 
 def test_chat_needs_take_only_the_features_chat_can_use() -> None:

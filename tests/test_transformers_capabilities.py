@@ -11,8 +11,9 @@ import pytest
 
 from testkit.resources import make_td
 from testkit.standins import TRANSFORMERS, recording
-from transcription_api import capabilities
-from transcription_api.capabilities import Capability, Engine, Mode, ModelFamily, capability_set
+from transcription_api.capabilities import Capability, Engine, Mode, ModelFamily
+from transcription_api.engines import Asked, capability_set, capability_sets, family_engines
+from transcription_api.engines import transformers as table
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_operator.children import route_table
 from transcription_operator.plan import plan
@@ -23,8 +24,8 @@ WHISPER, AUDIO_LM = ModelFamily.WHISPER, ModelFamily.AUDIO_LM
 
 
 def cited() -> set[str]:
-    """Recordings named (in backticks) by the transformers comments of the table."""
-    source = Path(capabilities.__file__).read_text()
+    """Recordings named (in backticks) by the comments of the transformers profile."""
+    source = Path(table.__file__).read_text()
     comments = " ".join(
         line.strip().lstrip("#") for line in source.splitlines() if line.strip().startswith("#")
     )
@@ -61,7 +62,8 @@ def test_whisper_rows_match_the_recordings(mode: Mode) -> None:
     assert C.SEGMENT_TIMESTAMPS not in caps.capabilities and caps.native_formats == {"json"}
     # Streams bare text deltas.
     assert (
-        body("espeak_stream").startswith("data:  speech\n\n") and caps.stream_dialect == "raw-text"
+        body("espeak_stream").startswith("data:  speech\n\n")
+        and table.PROFILE.serves[WHISPER].stream_dialect == "raw-text"
     )
     assert C.STREAM in caps.capabilities
     # No translations route, no chat for Whisper.
@@ -80,12 +82,14 @@ def test_audio_lm_rows_match_the_recordings(mode: Mode) -> None:
     # Its transcription endpoint fails on their processors in both modes...
     assert status("cb_audio_lm_transcription") == status("audio_lm_transcription") == 500
     # ...so transcriptions go through chat: plain text, streamed as chat chunks.
-    assert C.TRANSCRIPTIONS in caps.capabilities and caps.transcribe_via_chat
+    assert C.TRANSCRIPTIONS in caps.capabilities
+    assert table.PROFILE.serves[AUDIO_LM].asked == Asked.CHAT
     assert status("chat_transcription_json") == 200
     assert json.loads(body("chat_transcription_json"))["object"] == "chat.completion"
     stream = body("chat_transcription_stream")
     assert '"object":"chat.completion.chunk"' in stream and '"finish_reason"' in stream
-    assert caps.stream_dialect == "chat-chunk" and not caps.native_formats
+    assert table.PROFILE.serves[AUDIO_LM].stream_dialect == "chat-chunk"
+    assert not caps.native_formats
     assert C.SEGMENT_TIMESTAMPS not in caps.capabilities
     assert C.TRANSLATIONS not in caps.capabilities
 
@@ -93,9 +97,9 @@ def test_audio_lm_rows_match_the_recordings(mode: Mode) -> None:
 def test_only_transformers_serves_audio_language_models() -> None:
     assert capability_set(Engine.VLLM, CB, AUDIO_LM) is None
     assert capability_set(Engine.FASTER_WHISPER, SEQ, AUDIO_LM) is None
-    assert capabilities.family_engines(AUDIO_LM) == [Engine.TRANSFORMERS]
+    assert family_engines(AUDIO_LM) == [Engine.TRANSFORMERS]
     # No engine chats with a Whisper model.
-    assert not any(C.CHAT in c.capabilities for c in capabilities.CAPABILITIES.values())
+    assert not any(C.CHAT in c.capabilities for c in capability_sets(WHISPER).values())
 
 
 def test_route_table_names_the_model_transformers_workers_accept() -> None:

@@ -20,6 +20,10 @@ class ResponseFormat(StrEnum):
     VERBOSE_JSON = "verbose_json"
 
 
+# The formats made from segments (a transcript's timestamps), not from its text alone.
+SEGMENT_FORMATS = (ResponseFormat.SRT, ResponseFormat.VTT, ResponseFormat.VERBOSE_JSON)
+
+
 class Granularity(StrEnum):
     WORD = "word"
     SEGMENT = "segment"

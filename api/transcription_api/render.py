@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .openai import ResponseFormat, VerboseTranscription
+from .openai import SEGMENT_FORMATS, ResponseFormat, VerboseTranscription
 
 JSON = "application/json"
 PLAIN = "text/plain; charset=utf-8"
@@ -22,7 +22,6 @@ CONTENT_TYPES: dict[ResponseFormat, str] = {
     ResponseFormat.SRT: PLAIN,
     ResponseFormat.VTT: PLAIN,
 }
-SEGMENT_FORMATS = (ResponseFormat.SRT, ResponseFormat.VTT, ResponseFormat.VERBOSE_JSON)
 
 
 @dataclass(frozen=True)

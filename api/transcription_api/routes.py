@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily, capability_set
+from .capabilities import Capability, Engine, Mode, ModelFamily
+from .engines import EnginePool
 
 ROUTES_KEY = "routes.json"
 # What an audio language model is asked with the audio, when it transcribes through chat.
@@ -17,7 +18,7 @@ DEFAULT_TRANSCRIPTION_PROMPT = (
 )
 
 
-class PoolRoute(BaseModel):
+class PoolRoute(BaseModel, EnginePool):
     """One pool as the frontend sees it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -49,13 +50,6 @@ class PoolRoute(BaseModel):
         description="Static worker base URLs (local runs); empty in a cluster, where "
         "EndpointSlices of `service` are watched instead.",
     )
-
-    @property
-    def capability_set(self) -> CapabilitySet:
-        caps = capability_set(self.engine, self.mode, self.family)
-        if caps is None:  # the operator never writes such a pool
-            raise ValueError(f"{self.engine}/{self.mode} ({self.family}) is not a valid pool")
-        return caps
 
     @property
     def capabilities(self) -> frozenset[Capability]:

@@ -17,16 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .capabilities import (
-    MAX_UPLOAD,
-    Capability,
-    Engine,
-    Mode,
-    ModelFamily,
-    capability_set,
-    family_engines,
-    supported_modes,
-)
+from .capabilities import MAX_UPLOAD, Capability, Engine, Mode, ModelFamily
+from .engines import capability_set, family_engines, supported_modes
 from .worker import MANAGED_FLAGS, managed_flag, managed_flag_message
 
 GROUP = "transcription.dev"
@@ -556,7 +548,7 @@ def _family_message(family: ModelFamily) -> str:
 
 
 def _engine_mode_rules() -> list[dict[str, str]]:
-    """CEL rules rejecting (engine, mode) pairs the capability table does not have."""
+    """CEL rules rejecting (engine, mode) pairs no engine profile has."""
     rules = []
     for engine in Engine:
         modes = supported_modes(engine)

@@ -9,9 +9,9 @@ segments, `json` otherwise) and the gateway renders the rest.
 engine has no aliases (`transformers serve` would try to download any other name from the
 hub), else the primary model. Every other field the client sent reaches the engine as sent,
 except where an engine refuses fields: `transformers serve` answers any field outside its
-list with a 422. A pool whose engine cannot take a request -- such a field, a container it
-cannot decode, audio longer than it transcribes -- is passed over for the next pool that
-covers the request; when none is left, the client gets a 400 that says why.
+list (its profile's) with a 422. A pool whose engine cannot take a request -- such a field,
+a container it cannot decode, audio longer than it transcribes -- is passed over for the
+next pool that covers the request; when none is left, the client gets a 400 that says why.
 """
 
 from __future__ import annotations
@@ -22,46 +22,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from transcription_api.capabilities import Engine
+from transcription_api.engines import StreamDialect
 from transcription_api.errors import APIError, bad_request
-from transcription_api.openai import ChunkUsage, ResponseFormat, TokenUsage, TranscriptionRequest
+from transcription_api.openai import (
+    SEGMENT_FORMATS,
+    ChunkUsage,
+    ResponseFormat,
+    TokenUsage,
+    TranscriptionRequest,
+)
 from transcription_api.params import field
-from transcription_api.render import SEGMENT_FORMATS
 from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT, PoolRoute
 
 from .sniff import AudioInfo
 
-# The form fields `transformers serve` 5.24 accepts on /v1/audio/transcriptions (OpenAI's
-# TranscriptionCreateParams, read by its own validator; it acts on file, model and stream
-# only). Array fields go without the SDK's `[]` (it answers 422 to `include[]`).
-TRANSCRIPTION_FIELDS: dict[Engine, frozenset[str]] = {
-    Engine.TRANSFORMERS: frozenset({
-        "model", "stream", "language", "prompt", "response_format", "temperature",
-        "chunking_strategy", "include", "keywords", "known_speaker_names",
-        "known_speaker_references", "languages", "timestamp_granularities",
-    }),
-}  # fmt: skip
-# The JSON fields it accepts on /v1/chat/completions (OpenAI's CompletionCreateParams plus
-# generation_config, seed, chat_template_kwargs): any other gets a 422.
-CHAT_FIELDS: dict[Engine, frozenset[str]] = {
-    Engine.TRANSFORMERS: frozenset({
-        "audio", "chat_template_kwargs", "frequency_penalty", "function_call", "functions",
-        "generation_config", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens",
-        "messages", "metadata", "modalities", "model", "moderation", "n",
-        "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
-        "prompt_cache_options", "prompt_cache_retention", "reasoning_effort",
-        "response_format", "safety_identifier", "seed", "service_tier", "stop", "store",
-        "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
-        "top_p", "user", "verbosity", "web_search_options",
-    }),
-}  # fmt: skip
-
-
 CHAT_PATH = "/v1/chat/completions"
-# A transcription through chat (an audio language model, `transcribe_via_chat`) honours
-# these: `language` and `prompt` go into the instruction, `temperature` to generation.
-CHAT_TRANSCRIPTION_FIELDS = frozenset(
-    {"model", "stream", "language", "prompt", "response_format", "temperature"}
-)
 # The longest transcript asked for through chat: Whisper's own cap for 30 s of audio.
 TRANSCRIPT_MAX_TOKENS = 448
 
@@ -86,7 +61,7 @@ def engine_fields(
     """The client's fields for this pool's engine: every one kept, a few rewritten."""
     caps = pool.capability_set
     fmt = engine_format(request.response_format, caps.native_formats)
-    strict = pool.engine in TRANSCRIPTION_FIELDS
+    strict = pool.serving.transcription_fields is not None  # it spells arrays without `[]`
     out: list[tuple[str, str]] = []
     for k, v in fields:
         if k == "model":
@@ -100,7 +75,7 @@ def engine_fields(
         out.append(("model", worker_model(pool, primary)))
     if field(fields, "response_format") is None and fmt != ResponseFormat.JSON:
         out.append(("response_format", fmt.value))
-    chunked = caps.stream_dialect == "openai-chunk"
+    chunked = pool.serving.stream_dialect == StreamDialect.OPENAI_CHUNK
     if request.stream and chunked and field(fields, "stream_include_usage") is None:
         out.append(("stream_include_usage", "true"))  # usage for transcript.text.done
     return out
@@ -167,11 +142,7 @@ def audio_refusal(pool: PoolRoute, audio: AudioInfo, param: str = "file") -> API
 
 def transcription_refusal(fields: list[tuple[str, str]], audio: AudioInfo) -> Refusal:
     def refusal(pool: PoolRoute) -> APIError | None:
-        accepted = (
-            CHAT_TRANSCRIPTION_FIELDS
-            if pool.capability_set.transcribe_via_chat
-            else TRANSCRIPTION_FIELDS.get(pool.engine)
-        )
+        accepted = pool.serving.transcription_fields
         if accepted is not None:
             names = {k.removesuffix("[]") for k, _ in fields} - accepted
             if names:
@@ -186,7 +157,7 @@ def transcription_refusal(fields: list[tuple[str, str]], audio: AudioInfo) -> Re
 
 def chat_refusal(body: dict[str, Any], audio: list[tuple[str, AudioInfo]]) -> Refusal:
     def refusal(pool: PoolRoute) -> APIError | None:
-        accepted = CHAT_FIELDS.get(pool.engine)
+        accepted = pool.profile.chat_fields
         if accepted is not None and (names := sorted(set(body) - accepted)):
             return unknown_fields(pool, names, accepted)
         if pool.engine == Engine.TRANSFORMERS and (error := _transformers_ignores(pool, body)):

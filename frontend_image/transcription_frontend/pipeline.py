@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from transcription_api.capabilities import Capability, request_needs
+from transcription_api.engines import Asked
 from transcription_api.errors import APIError, bad_request
 from transcription_api.multipart import check_length, parse_upload
 from transcription_api.params import parse_request
@@ -115,7 +116,7 @@ async def _pipeline(
         chat: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
 
         def request_for(pool: PoolRoute) -> tuple[str, MultipartBody | JsonBody]:
-            if not pool.capability_set.transcribe_via_chat:
+            if pool.serving.asked != Asked.CHAT:
                 fields = engine_fields(upload.fields, pool, primary, request)
                 return f"/v1/audio/{endpoint.value}", MultipartBody(fields, upload)
             if pool.name not in chat:

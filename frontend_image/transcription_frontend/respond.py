@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from starlette.types import Send
 
 from transcription_api import sse
+from transcription_api.engines import Asked
 from transcription_api.errors import APIError
 from transcription_api.openai import ResponseFormat, TranscriptionRequest
 from transcription_api.render import PLAIN, render
@@ -71,7 +72,7 @@ async def shape(answer: WorkerAnswer, request: TranscriptionRequest) -> Reply:
     if "json" in answer.content_type:
         try:
             body = json.loads(raw)
-            if answer.pool.capability_set.transcribe_via_chat:
+            if answer.pool.serving.asked == Asked.CHAT:
                 body = transcript_of_chat(body)
         except ValueError as e:
             raise worker_failed(answer.pool, f"it sent an unexpected answer: {e}") from e

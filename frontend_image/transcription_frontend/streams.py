@@ -68,7 +68,7 @@ class Translation:
             yield sse.encode(self.error.event())
 
     async def _events(self) -> AsyncIterator[bytes]:
-        dialect = self.pool.capability_set.stream_dialect
+        dialect = self.pool.serving.stream_dialect
         raw_text = dialect == "raw-text"
         # A chat stream (a transcription through chat) is one chunk model minus the
         # transcription.chunk fields; it ends with a finish_reason (transformers: no [DONE]).

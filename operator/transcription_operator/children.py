@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from transcription_api.capabilities import Engine, ModelFamily
+from transcription_api.engines import Asked, Image
 from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable
 from transcription_api.v1alpha1 import (
     API_VERSION,
@@ -23,7 +23,7 @@ from transcription_api.v1alpha1 import (
 )
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
 
-from .config import FASTER_WHISPER_CUDA, OperatorConfig
+from .config import FRONTEND_IMAGE, OperatorConfig
 from .names import (
     COMPONENT_LABEL,
     INSTANCE_LABEL,
@@ -129,22 +129,16 @@ def _pod_common(td: TranscriptionDeployment) -> dict[str, Any]:
     return spec
 
 
-def image_for(td: TranscriptionDeployment, cfg: OperatorConfig, engine: Engine | str) -> str:
-    override = {
-        "frontend": td.spec.images.frontend,
-        Engine.VLLM: td.spec.images.vllm,
-        Engine.FASTER_WHISPER: td.spec.images.faster_whisper,
-        FASTER_WHISPER_CUDA: td.spec.images.faster_whisper_cuda,
-        Engine.TRANSFORMERS: td.spec.images.transformers,
-    }[engine]
-    return override or cfg.images[engine]
+def image_for(td: TranscriptionDeployment, cfg: OperatorConfig, image: Image) -> str:
+    """The resource's override (`spec.images.<key>`), else the operator's default."""
+    override: str | None = getattr(td.spec.images, image.field)
+    return override or cfg.images[image.key]
 
 
 def worker_image(td: TranscriptionDeployment, cfg: OperatorConfig, pool: PlannedPool) -> str:
-    """faster-whisper pools with GPUs get the CUDA image: the CPU image has no CUDA libraries."""
-    if pool.engine == Engine.FASTER_WHISPER and pool.spec.resources.gpus:
-        return image_for(td, cfg, FASTER_WHISPER_CUDA)
-    return image_for(td, cfg, pool.engine)
+    """The engine's image for the pool's device: pools with GPUs get its GPU image (for
+    faster-whisper, the CUDA one: the CPU image has no CUDA libraries)."""
+    return image_for(td, cfg, pool.profile.image(pool.spec.resources.gpus))
 
 
 QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
@@ -171,7 +165,7 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
     else:
         model = m.name
     decoding: dict[str, Any] = {}
-    if pool.engine == Engine.FASTER_WHISPER:
+    if pool.profile.decoding_settings:
         decoding = {
             "beam_size": p.beam_size,
             "vad_filter": p.vad_filter,
@@ -224,9 +218,9 @@ def _worker_volumes(td: TranscriptionDeployment, pool: PlannedPool) -> tuple[lis
             }
         )
         mounts.append({"name": "weights", "mountPath": WEIGHTS_DIR, "readOnly": True})
-    if pool.engine == Engine.VLLM:
-        # vLLM's workers exchange tensors through shared memory.
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
+    if shm := pool.profile.shared_memory:
+        # The engine's worker processes exchange tensors through shared memory.
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return volumes, mounts
 
@@ -421,11 +415,9 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 port=WORKER_PORT,
                 automatic=p.automatic,
                 family=p.family,
-                worker_model=worker_settings(td, p).model_reference
-                if p.engine == Engine.TRANSFORMERS
-                else None,
+                worker_model=None if p.profile.aliases else worker_settings(td, p).model_reference,
                 transcription_prompt=td.spec.model.transcription_prompt
-                if p.family == ModelFamily.AUDIO_LM
+                if p.serving.asked == Asked.CHAT
                 else None,
             )
             for p in the_plan.pools
@@ -523,7 +515,7 @@ def frontend_deployment(
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
     container = {
         "name": "frontend",
-        "image": image_for(td, cfg, "frontend"),
+        "image": image_for(td, cfg, FRONTEND_IMAGE),
         "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
         "args": args,
         "env": [

@@ -5,25 +5,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from transcription_api.capabilities import Engine
+from transcription_api.engines import Image, images
 
 FIELD_MANAGER = "transcription-operator"
-# The image key of faster-whisper pools with GPUs (CTranslate2 with the CUDA libraries).
-FASTER_WHISPER_CUDA = "faster-whisper-cuda"
 VERSION = "0.1.0"
+REGISTRY = "ghcr.io/transcription-dev"
+FRONTEND_IMAGE = Image("frontend", "frontend", "frontend_image/Dockerfile")
+# Every image the operator runs: the frontend's, and each engine's (their profiles name them).
+IMAGES = (FRONTEND_IMAGE, *images())
+
+
+def default_images() -> dict[str, str]:
+    """Image references by key, as this operator version ships them."""
+    return {i.key: f"{REGISTRY}/{i.repository}:{VERSION}" for i in IMAGES}
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    images: dict[Engine | str, str] = field(
-        default_factory=lambda: {
-            "frontend": f"ghcr.io/transcription-dev/frontend:{VERSION}",
-            Engine.VLLM: f"ghcr.io/transcription-dev/worker-vllm:{VERSION}",
-            Engine.FASTER_WHISPER: f"ghcr.io/transcription-dev/worker-cpu:{VERSION}",
-            FASTER_WHISPER_CUDA: f"ghcr.io/transcription-dev/worker-cuda:{VERSION}",
-            Engine.TRANSFORMERS: f"ghcr.io/transcription-dev/worker-transformers:{VERSION}",
-        }
-    )
+    images: dict[str, str] = field(default_factory=default_images)  # by Image.key
     pull_policy: str = "IfNotPresent"
     cluster_domain: str = "cluster.local"
     # Namespaces to watch; empty means all namespaces.
@@ -34,15 +33,9 @@ class OperatorConfig:
         e = dict(os.environ if env is None else env)
         base = cls()
         images = dict(base.images)
-        for key, var in (
-            ("frontend", "FRONTEND_IMAGE"),
-            (Engine.VLLM, "VLLM_IMAGE"),
-            (Engine.FASTER_WHISPER, "FASTER_WHISPER_IMAGE"),
-            (FASTER_WHISPER_CUDA, "FASTER_WHISPER_CUDA_IMAGE"),
-            (Engine.TRANSFORMERS, "TRANSFORMERS_IMAGE"),
-        ):
-            if e.get(var):
-                images[key] = e[var]
+        for image in IMAGES:
+            if e.get(image.env):
+                images[image.key] = e[image.env]
         namespaces = tuple(n.strip() for n in e.get("WATCH_NAMESPACES", "").split(",") if n.strip())
         return cls(
             images=images,

@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from transcription_api.capabilities import (
-    SPLIT_FALLBACK_ENGINES,
     Capability,
     CapabilitySet,
     Engine,
     Mode,
     ModelFamily,
-    capability_set,
     covered,
     traffic_needs,
 )
+from transcription_api.engines import SPLIT_FALLBACK_ENGINES, EnginePool, capability_set, profile
 from transcription_api.v1alpha1 import (
     PoolSpec,
     ResourcesSpec,
@@ -30,17 +29,10 @@ from transcription_api.v1alpha1 import (
 )
 
 DEFAULT_POOL = "default"
-# GPUs one replica of an engine can put to use. vLLM splits a model across any number
-# (tensor parallelism); faster-whisper and `transformers serve` run on one device.
-USABLE_GPUS: dict[Engine, int | None] = {
-    Engine.VLLM: None,
-    Engine.FASTER_WHISPER: 1,
-    Engine.TRANSFORMERS: 1,
-}
 
 
 @dataclass(frozen=True)
-class PlannedPool:
+class PlannedPool(EnginePool):
     """A pool as it will run: engine and mode resolved."""
 
     spec: PoolSpec
@@ -55,10 +47,8 @@ class PlannedPool:
         return self.spec.name
 
     @property
-    def capabilities(self) -> CapabilitySet:
-        caps = capability_set(self.engine, self.mode, self.family)
-        assert caps is not None, "plan() only yields valid (engine, mode, family) triples"
-        return caps
+    def capabilities(self) -> CapabilitySet:  # plan() only yields pools their engines serve
+        return self.capability_set
 
     @property
     def reason(self) -> str | None:
@@ -160,7 +150,7 @@ def split_resources(source: ResourcesSpec, engine: Engine) -> ResourcesSpec:
     """What an added pool requests by default: the resources of the pool it splits from, with
     no more GPUs than its engine can use (a faster-whisper replica uses one, not the four a
     tensor-parallel vLLM replica needs)."""
-    usable = USABLE_GPUS[engine]
+    usable = profile(engine).usable_gpus
     if usable is None or source.gpus <= usable:
         return source
     return source.model_copy(update={"gpus": usable})

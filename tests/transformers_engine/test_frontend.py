@@ -28,10 +28,12 @@ from testkit.processes import frontend, with_endpoints
 from testkit.resources import make_td
 from testkit.standins import free_port
 from testkit.transformers_serve import WHISPER, Server, check_recording, launch
-from transcription_api.capabilities import Engine, Mode, ModelFamily, capability_set
+from transcription_api.capabilities import Engine, Mode, ModelFamily
+from transcription_api.engines import capability_set
+from transcription_api.engines.transformers import CHAT_FIELDS, TRANSCRIPTION_FIELDS
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
-from transcription_frontend.engines import CHAT_FIELDS, TRANSCRIPTION_FIELDS, chat_transcription
+from transcription_frontend.engines import chat_transcription
 from transcription_operator.children import route_table, worker_settings
 from transcription_operator.plan import plan
 
@@ -306,7 +308,7 @@ def test_the_field_lists_are_transformers_own() -> None:
     fails here."""
     transcription = set(TransformersTranscriptionCreateParams.__mutable_keys__)  # type: ignore[attr-defined]
     chat = set(TransformersCompletionCreateParamsStreaming.__mutable_keys__)  # type: ignore[attr-defined]
-    assert TRANSCRIPTION_FIELDS[Engine.TRANSFORMERS] | {"file"} == transcription
-    assert CHAT_FIELDS[Engine.TRANSFORMERS] == chat
+    assert TRANSCRIPTION_FIELDS | {"file"} == transcription
+    assert chat == CHAT_FIELDS
     assert transcription == standins.TRANSFORMERS_FORM
     assert chat == standins.TRANSFORMERS_CHAT

@@ -21,7 +21,8 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from transcription_api import sse
-from transcription_api.capabilities import Engine, Mode, capability_set
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.engines import capability_set
 from transcription_api.errors import APIError, bad_request, unavailable
 from transcription_api.multipart import Upload, check_length, parse_upload
 from transcription_api.openai import (

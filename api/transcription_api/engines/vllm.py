@@ -1,0 +1,37 @@
+"""vLLM: its own OpenAI server (`vllm serve`), started by the vLLM image's launcher
+(worker_image/transcription_worker/vllm_launcher.py, worker_image/Dockerfile.vllm).
+
+It transcribes in both modes; no word timestamps, no srt/vtt, `text` comes as JSON, uploads
+over 25 MB are refused (with a 400). Evidence: the recordings in tests/fixtures/vllm-0.32/.
+"""
+
+from __future__ import annotations
+
+from ..capabilities import Capability as C
+from ..capabilities import CapabilitySet, Engine, Mode, ModelFamily
+from .profile import EngineProfile, ErrorDialect, Image, Serving, one_at_a_time
+
+MAX_UPLOAD = 25 * 1024 * 1024  # vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB default
+_CONTINUOUS = CapabilitySet(
+    capabilities=frozenset(
+        {C.TRANSCRIPTIONS, C.TRANSLATIONS, C.STREAM, C.SEGMENT_TIMESTAMPS, C.LANGUAGE_DETECTION}
+    ),
+    max_upload_bytes=MAX_UPLOAD,
+    native_formats=frozenset({"json", "verbose_json"}),
+)
+IMAGE = Image("vllm", "worker-vllm", "worker_image/Dockerfile.vllm")
+
+PROFILE = EngineProfile(
+    engine=Engine.VLLM,
+    serves={
+        ModelFamily.WHISPER: Serving(
+            # Sequential: `--max-num-seqs 1`, one sequence at a time.
+            modes={Mode.CONTINUOUS: _CONTINUOUS, Mode.SEQUENTIAL: one_at_a_time(_CONTINUOUS)},
+        ),
+    },
+    cpu_image=IMAGE,
+    gpu_image=IMAGE,
+    usable_gpus=None,  # it splits a model across any number (tensor parallelism)
+    error_dialect=ErrorDialect.VLLM,
+    shared_memory="8Gi",  # its workers exchange tensors through shared memory
+)
