@@ -30,7 +30,7 @@ from testkit.frontend import (
 )
 from testkit.standins import Behaviour, Running, serve
 from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT, RouteTable
-from transcription_frontend.engines import TRANSCRIPT_MAX_TOKENS
+from transcription_frontend.adapters.transformers import TRANSCRIPT_MAX_TOKENS
 
 pytestmark = pytest.mark.standin("audio-lm")
 WAV = tone_wav(0.5)

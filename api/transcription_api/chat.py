@@ -6,7 +6,8 @@ Chat here is what audio language models serve: messages of text and inline audio
 the worker fetch something (`audio_url`, `image_url`, `video_url`, files) are refused with
 a 400 that says what to send instead: `transformers serve` fetches any URL it is given, and
 reads local paths, from inside the cluster. Fields the models do not name pass through as
-sent (`extra="allow"`); what each engine accepts is the frontend's business (`engines.py`).
+sent (`extra="allow"`); what each engine accepts is its profile's (`engines/`), refused
+by its frontend adapter.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class JsonBody:
 
 
 class Body(Protocol):
-    """What is sent to a worker: made afresh for each attempt."""
+    """What is sent to a worker; its payload is made afresh for each attempt."""
 
     @property
     def content_type(self) -> str: ...

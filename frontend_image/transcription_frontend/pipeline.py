@@ -8,59 +8,101 @@
                 and duration are read from its header
   6. needs      what the request needs from a pool                        (capabilities)
   7. pools      the pools that cover the needs, continuous first,         (routing.py)
-                whose engines take its fields, container and duration     (engines.py)
+                whose engines take its fields, container and duration     (adapters/)
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
-                while its pools have none (scale from zero); an audio        hold.py)
-                language model's pool is asked through its chat endpoint   (engines.py)
-  9. respond    the answer rendered or streamed to the client             (respond.py)
+                while its pools have none (scale from zero), in the          hold.py,
+                request its engine's adapter makes (an audio language        adapters/)
+                model's pool is asked through its chat endpoint)
+  9. respond    the answer rendered or streamed to the client, as its     (adapters/,
+                engine's adapter reads it                                     respond.py)
 
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
-response has been sent, and inside a watch that cancels both if the client disconnects.
-One `Observation` records the request's metrics once, when it has ended (`run`, which the
-chat endpoint's pipeline, `chat.py`, runs in too).
+response has been sent, and inside a watch that cancels both if the client disconnects
+(`Exchange.forward`). One `Observation` records the request's metrics once, when it has
+ended (`run`). The chat endpoint's pipeline (`chat.py`) runs in both too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import closing
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from transcription_api.capabilities import Capability, request_needs
-from transcription_api.engines import Asked
 from transcription_api.errors import APIError, bad_request
 from transcription_api.multipart import check_length, parse_upload
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
+from .adapters import Adapter, able, adapter
 from .disconnect import cancel_on_disconnect
-from .engines import CHAT_PATH, able, chat_transcription, engine_fields, transcription_refusal
 from .errors import internal_error
-from .forward import JsonBody, MultipartBody
+from .forward import Body, WorkerAnswer
 from .gateway import Gateway
+from .hold import Holdable
 from .metrics import Observation
 from .request_id import request_id
-from .respond import Reply, shape
+from .respond import Reply
 from .routing import NoPool, Router
 from .sniff import check_audio
-from .streams import Translation
+from .streams import EventStream
 
 
 async def transcribe(
     gw: Gateway, endpoint: Capability, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    await run(endpoint.value, send, lambda send_, answered, obs: _pipeline(
-        gw, endpoint, scope, receive, send_, answered, obs))  # fmt: skip
+    await run(gw, endpoint.value, scope, receive, send, lambda ex: _pipeline(ex, endpoint))
 
 
-# A pipeline, given the tracked `send`, whether the response has been sent whole, and the
-# request's Observation.
-Work = Callable[[Send, Callable[[], bool], Observation], Awaitable[None]]
+@dataclass
+class Exchange:
+    """One request as its pipeline sees it: the gateway, the client's connection (`send`
+    tracked: `answered` says whether the response has been sent whole) and the request's
+    Observation."""
+
+    gw: Gateway
+    scope: Scope
+    receive: Receive
+    send: Send
+    answered: Callable[[], bool]
+    obs: Observation
+
+    async def forward(
+        self, adapters: list[Adapter], request_for: Callable[[Adapter], tuple[str, Body]],
+        held: Holdable, stream: bool, reply_to: Callable[[Adapter, WorkerAnswer], Awaitable[Reply]],
+    ) -> None:  # fmt: skip
+        """Forward the request to the first of these pools' engines that can take it, in
+        the request its adapter makes (`request_for`, once per pool: retries resend the same
+        bytes), and send the client the reply to its answer (`reply_to`)."""
+        by_pool = {a.pool.name: a for a in adapters}
+        requests: dict[str, tuple[str, Body]] = {}
+
+        def request(pool: PoolRoute) -> tuple[str, Body]:
+            if pool.name not in requests:
+                requests[pool.name] = request_for(by_pool[pool.name])
+            return requests[pool.name]
+
+        async with (
+            cancel_on_disconnect(self.receive, self.answered),
+            self.gw.forwarder.send(
+                [a.pool for a in adapters], request, held, request_id(self.scope), stream=stream
+            ) as answer,
+        ):
+            self.obs.pool = answer.pool.name
+            reply = await reply_to(by_pool[answer.pool.name], answer)
+            self.obs.status = reply.status
+            await reply.send(self.send)
+            if isinstance(reply.stream, EventStream) and reply.stream.error:
+                self.obs.status = reply.stream.error.status
 
 
-async def run(endpoint: str, send: Send, work: Work) -> None:
+async def run(
+    gw: Gateway, endpoint: str, scope: Scope, receive: Receive, send: Send,
+    work: Callable[[Exchange], Awaitable[None]],
+) -> None:  # fmt: skip
     """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics."""
     obs = Observation(endpoint)
     started = answered = False
@@ -73,7 +115,7 @@ async def run(endpoint: str, send: Send, work: Work) -> None:
 
     try:
         try:
-            await work(send_tracked, lambda: answered, obs)
+            await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs))
         except APIError as e:
             error = e
         except Exception as e:
@@ -87,22 +129,19 @@ async def run(endpoint: str, send: Send, work: Work) -> None:
         obs.done()
 
 
-async def _pipeline(
-    gw: Gateway, endpoint: Capability, scope: Scope, receive: Receive, send: Send,
-    answered: Callable[[], bool], obs: Observation,
-) -> None:  # fmt: skip
-    headers = Request(scope).headers
-    gw.keys.check(headers.get("authorization"))
-    table = gw.router.table
+async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
+    headers = Request(ex.scope).headers
+    ex.gw.keys.check(headers.get("authorization"))
+    table = ex.gw.router.table
     limit = table.max_upload_bytes
     check_length(headers.get("content-length"), limit)
     upload = await parse_upload(
-        Request(scope, receive).stream(), headers.get("content-type"), limit
+        Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit
     )
     with closing(upload):
-        obs.upload(upload.size)
+        ex.obs.upload(upload.size)
         request = parse_request(upload.fields)
-        obs.model = primary = resolve_model(table, request.model)
+        ex.obs.model = primary = resolve_model(table, request.model)
         audio = check_audio(upload)
         needs = request_needs(
             endpoint,
@@ -110,33 +149,17 @@ async def _pipeline(
             response_format=request.response_format,
             granularities=request.timestamp_granularities,
         )
-        pools = choose_pools(gw.router, needs, upload.size)
-        pools = able(pools, transcription_refusal(upload.fields, audio))
-
-        chat: dict[str, bytes] = {}  # per pool, once: retries resend the same bytes
-
-        def request_for(pool: PoolRoute) -> tuple[str, MultipartBody | JsonBody]:
-            if pool.serving.asked != Asked.CHAT:
-                fields = engine_fields(upload.fields, pool, primary, request)
-                return f"/v1/audio/{endpoint.value}", MultipartBody(fields, upload)
-            if pool.name not in chat:
-                chat[pool.name] = chat_transcription(
-                    upload.read_all(), audio.container, pool, primary, request
-                )
-            return CHAT_PATH, JsonBody(chat[pool.name])
-
-        async with (
-            cancel_on_disconnect(receive, answered),
-            gw.forwarder.send(
-                pools, request_for, upload, request_id(scope), stream=request.stream
-            ) as answer,
-        ):
-            obs.pool = answer.pool.name
-            reply = await shape(answer, request)
-            obs.status = reply.status
-            await reply.send(send)
-            if isinstance(reply.stream, Translation) and reply.stream.error:
-                obs.status = reply.stream.error.status
+        pools = choose_pools(ex.gw.router, needs, upload.size)
+        adapters = able(
+            [adapter(p) for p in pools], lambda a: a.transcription_refusal(upload.fields, audio)
+        )
+        await ex.forward(
+            adapters,
+            lambda a: a.transcription_request(endpoint, upload, audio, primary, request),
+            upload,
+            request.stream,
+            lambda a, answer: a.transcription_reply(answer, request),
+        )
 
 
 def resolve_model(table: RouteTable, name: str | None) -> str:

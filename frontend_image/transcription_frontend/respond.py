@@ -1,8 +1,10 @@
-"""Response shaping: a worker's answer -> the client's response, sent over ASGI directly.
+"""Replies: what the client gets, sent over ASGI directly; and a worker's failed answer as
+the client's error, read in the dialect of its engine.
 
-An engine's own rendering passes through untouched where it is what the client asked for;
-otherwise the shared renderer turns the engine's JSON into the requested format. Streams
-are translated event by event (`streams.py`). Non-200 answers become OpenAI-shaped errors.
+How each engine's answers become replies is its adapter's business (`adapters/`): an
+engine's own rendering passes through untouched where it is what the client asked for,
+otherwise the shared renderer turns the engine's JSON into the requested format, and
+streams are translated event by event (`streams.py`).
 """
 
 from __future__ import annotations
@@ -12,18 +14,14 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.types import Send
 
 from transcription_api import sse
-from transcription_api.engines import Asked
+from transcription_api.engines import ErrorDialect
 from transcription_api.errors import APIError
-from transcription_api.openai import ResponseFormat, TranscriptionRequest
-from transcription_api.render import PLAIN, render
 
-from .engines import transcript_of_chat
 from .forward import WorkerAnswer
-from .streams import Translation, worker_failed
+from .streams import worker_failed
 
 
 @dataclass
@@ -52,43 +50,11 @@ class Reply:
         await send({"type": "http.response.body", "body": self.body})
 
 
-async def shape(answer: WorkerAnswer, request: TranscriptionRequest) -> Reply:
-    """The client's reply to a worker's answer (raises APIError for a failed one)."""
-    if answer.status != 200:
-        raise await worker_error(answer)
-    if request.stream:
-        return Reply(200, sse.MEDIA_TYPE, stream=Translation(answer.chunks(), answer.pool),
-                     headers=sse.HEADERS)  # fmt: skip
-    raw = await answer.read()
-    fmt = request.response_format
-    if (
-        fmt.value in answer.pool.capability_set.native_formats
-        and fmt != ResponseFormat.VERBOSE_JSON
-    ):
-        # The engine rendered it itself (json is OpenAI's {"text", "usage"} in every engine
-        # that renders it): pass it through untouched.
-        return Reply(200, answer.content_type or PLAIN, raw)
-    body: Any
-    if "json" in answer.content_type:
-        try:
-            body = json.loads(raw)
-            if answer.pool.serving.asked == Asked.CHAT:
-                body = transcript_of_chat(body)
-        except ValueError as e:
-            raise worker_failed(answer.pool, f"it sent an unexpected answer: {e}") from e
-    else:
-        body = {"text": raw.decode("utf-8", "replace")}
-    try:
-        out = render(fmt, body)
-    except ValidationError as e:
-        raise worker_failed(answer.pool, f"it sent an unexpected answer: {e}") from e
-    return Reply(200, out.content_type, out.body)
-
-
-async def worker_error(answer: WorkerAnswer) -> APIError:
+async def worker_error(answer: WorkerAnswer, dialect: ErrorDialect) -> APIError:
     """A worker's non-200 answer as the client's error, in OpenAI's shape."""
     raw = await answer.read()
     status = answer.status
+    fastapi = dialect in (ErrorDialect.FASTAPI, ErrorDialect.VLLM)
     message, param, code, type_ = None, None, None, None
     try:
         doc: Any = json.loads(raw)
@@ -96,16 +62,21 @@ async def worker_error(answer: WorkerAnswer) -> APIError:
         if err is not None:
             message, param, type_ = err.message, err.param, err.type
             code = err.code if isinstance(err.code, str) else None
-        elif isinstance(doc, dict) and "detail" in doc:
-            message = str(doc["detail"])  # FastAPI's shape (transformers serve)
+        elif fastapi and isinstance(doc, dict) and "detail" in doc:
+            message = str(doc["detail"])  # FastAPI's shape
     except ValueError:
         pass
     if status >= 500 or not message:
         # An engine's bare "Internal Server Error" tells the user nothing: say what failed.
         text = message or raw.decode("utf-8", "replace").strip()[:200] or f"HTTP {status}"
         return worker_failed(answer.pool, f"{status}: {text}")
-    if status == 400 and type_ == "BadRequestError" and "Maximum file size" in message:
+    if (
+        dialect == ErrorDialect.VLLM
+        and status == 400
+        and type_ == "BadRequestError"
+        and "Maximum file size" in message
+    ):
         return APIError(413, message, param="file")  # vLLM's 400 for its 25 MB cap
-    if status == 422:
-        status = 400  # FastAPI's status for invalid input (transformers serve); OpenAI's is 400
+    if fastapi and status == 422:
+        status = 400  # FastAPI's status for invalid input; OpenAI's is 400
     return APIError(status, message, param=param, code=code)

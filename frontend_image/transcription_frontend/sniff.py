@@ -4,7 +4,7 @@ busy with it.
 `check_audio` refuses an empty file or one that is no audio container (400), and says which
 container it is and how long it plays where the header tells that cheaply: the gateway
 routes on both (an engine that cannot decode the container, or that transcribes at most so
-many seconds, gets no such file; `engines.py`). Nothing is decoded: the duration comes from
+many seconds, gets no such file; `adapters/`). Nothing is decoded: the duration comes from
 the header fields each format keeps it in (WAV/RF64 and AIFF, AU: data size and rate; FLAC:
 STREAMINFO; Ogg Vorbis/Opus: the last page's granule position; MP3: the Xing/Info or VBRI
 frame count, else the first frame's bitrate over the file size). Containers whose length

@@ -1,19 +1,23 @@
-"""Streaming: an engine's stream -> OpenAI's `transcript.text.*` events, as they arrive.
+"""Streaming: a worker's stream -> the client's events, as they arrive.
 
-Each engine delta becomes a `transcript.text.delta`; the end, one `transcript.text.done`
-with the whole text. A stream that fails part-way -- the engine reports an error, the
-connection drops, the stream stops before the engine said it was done -- ends with one
-error event instead, never with a `done` carrying partial text.
+A transcription stream (`Translation`) becomes OpenAI's `transcript.text.*` events: each
+engine delta a `transcript.text.delta`, the end one `transcript.text.done` with the whole
+text; the engine's stream is read in the dialect its profile names. A chat stream
+(`ChatStream`) passes through event by event. A stream that fails part-way -- the engine
+reports an error, the connection drops, the stream stops before the engine said it was done
+-- ends with one error event instead, never with a `done` carrying partial text.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from pydantic import ValidationError
 
 from transcription_api import sse
+from transcription_api.engines import StreamDialect
 from transcription_api.errors import APIError
 from transcription_api.openai import (
     ChatChunk,
@@ -50,8 +54,12 @@ def stream_failed(pool: PoolRoute, e: BaseException) -> APIError:
     return worker_failed(pool, f"its stream broke off: {e.__class__.__name__}")
 
 
-class Translation:
-    """The OpenAI event stream of one engine stream; `error` is set if it failed."""
+class EventStream:
+    """A worker's stream as the client gets it, event by event; `error` is set if it failed
+    (and the client got an error event for it)."""
+
+    # Sent last, after the events and any error event.
+    closing = b""
 
     def __init__(self, chunks: AsyncIterator[bytes], pool: PoolRoute) -> None:
         self.chunks = chunks
@@ -66,13 +74,28 @@ class Translation:
             self.error = stream_failed(self.pool, e)
         if self.error is not None:
             yield sse.encode(self.error.event())
+        if self.closing:
+            yield self.closing
+
+    def _events(self) -> AsyncIterator[bytes]:
+        """The client's events; sets `error` and stops where the stream failed."""
+        raise NotImplementedError
+
+
+class Translation(EventStream):
+    """The OpenAI event stream of one engine's transcription stream, read in its dialect."""
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], pool: PoolRoute, dialect: StreamDialect
+    ) -> None:
+        super().__init__(chunks, pool)
+        self.dialect = dialect
 
     async def _events(self) -> AsyncIterator[bytes]:
-        dialect = self.pool.serving.stream_dialect
-        raw_text = dialect == "raw-text"
+        raw_text = self.dialect == StreamDialect.RAW_TEXT
         # A chat stream (a transcription through chat) is one chunk model minus the
         # transcription.chunk fields; it ends with a finish_reason (transformers: no [DONE]).
-        chat = dialect == "chat-chunk"
+        chat = self.dialect == StreamDialect.CHAT_CHUNK
         chunk_model = ChatChunk if chat else TranscriptionChunk
         text: list[str] = []
         usage: TokenUsage | None = None
@@ -114,3 +137,47 @@ class Translation:
             self.error = worker_failed(self.pool, "its stream ended before the transcript did")
             return
         yield sse.encode(TextDone(text="".join(text), usage=usage))
+
+
+class ChatStream(EventStream):
+    """A worker's chat stream as the client gets it, event by event: `model` rewritten to
+    the primary name, engine errors in OpenAI's shape, and `data: [DONE]` last (transformers
+    serve does not send it). It fails if it ended before a choice finished, broke off, or
+    the engine reported an error."""
+
+    closing = sse.DONE
+
+    def __init__(self, chunks: AsyncIterator[bytes], pool: PoolRoute, primary: str) -> None:
+        super().__init__(chunks, pool)
+        self.primary = primary
+
+    async def _events(self) -> AsyncIterator[bytes]:
+        finished = False
+        async for payload in sse.payloads(self.chunks):
+            if payload.strip() == "[DONE]":
+                return
+            try:
+                doc = json.loads(payload)
+                err = sse.error_in(doc)
+            except ValueError:
+                doc, err = None, sse.engine_error(payload)  # transformers' unescaped error
+                if err is None:
+                    continue  # not an event
+            if err is not None:
+                self.error = worker_failed(self.pool, f"mid-stream: {err.message}")
+                return
+            if isinstance(doc, dict):
+                if "model" in doc:
+                    doc["model"] = self.primary
+                choices = doc.get("choices") or []
+                finished = finished or any(
+                    isinstance(c, dict) and c.get("finish_reason") for c in choices
+                )
+            yield b"data: " + dumps(doc) + b"\n\n"
+        if not finished:
+            self.error = worker_failed(self.pool, "its stream ended before the answer did")
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON, as engines send it."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

@@ -33,7 +33,7 @@ from transcription_api.engines import capability_set
 from transcription_api.engines.transformers import CHAT_FIELDS, TRANSCRIPTION_FIELDS
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
-from transcription_frontend.engines import chat_transcription
+from transcription_frontend.adapters.transformers import AudioLMAdapter
 from transcription_operator.children import route_table, worker_settings
 from transcription_operator.plan import plan
 
@@ -156,7 +156,7 @@ def test_chat_and_transcription_share_one_deployment(chat_deployment: Any, wav: 
     pool = PoolRoute(name="batch", engine=Engine.TRANSFORMERS, mode=Mode.CONTINUOUS,
                      service="s", family=ModelFamily.AUDIO_LM, worker_model=server.model)  # fmt: skip
     headers = {"content-type": "application/json"}
-    asked = chat_transcription(audio, "wav", pool, AUDIO_LM, parse_request([]))
+    asked = AudioLMAdapter(pool).chat_transcription(audio, "wav", AUDIO_LM, parse_request([]))
     straight = httpx.post(f"{server.url}/v1/chat/completions", content=short(asked),
                           headers=headers, timeout=300)  # fmt: skip
     check_recording("chat_transcription_json", straight, {server.model: "<checkpoint>"})
@@ -170,7 +170,8 @@ def test_chat_and_transcription_share_one_deployment(chat_deployment: Any, wav: 
     text = client.audio.transcriptions.create(model="qwen", file=("a.wav", audio),
                                               response_format="text")  # fmt: skip
     assert starts_with(text, want) and text.endswith("\n")
-    streamed = chat_transcription(audio, "wav", pool, AUDIO_LM, parse_request([("stream", "true")]))
+    streamed = AudioLMAdapter(pool).chat_transcription(audio, "wav", AUDIO_LM,
+                                                      parse_request([("stream", "true")]))  # fmt: skip
     raw = httpx.post(f"{server.url}/v1/chat/completions", content=short(streamed),
                      headers=headers, timeout=300)  # fmt: skip
     check_recording("chat_transcription_stream", raw, {server.model: "<checkpoint>"})
