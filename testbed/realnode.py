@@ -417,6 +417,7 @@ def teardown(cache: Path, kube_proxy: Path) -> None:
     d = node_dir(cache)
     _stop(d, "kubelet")
     _kill_containers()
+    _kill_pod_processes()
     _stop(d, "containerd")
     _kill_matching(rf"containerd-shim-runc-v2 .*-address {re.escape(str(SOCKET))}")
     _stop(d, "kube-proxy")
@@ -445,12 +446,51 @@ def teardown(cache: Path, kube_proxy: Path) -> None:
 
 
 def _kill_containers() -> None:
+    """Delete every container runc knows of. containerd v2's shim keeps runc's state per
+    containerd namespace (``<root>/k8s.io``), not in the configured root itself."""
     root = RUN / "runc"
     if not root.exists():
         return
-    out = sh(RUNC, "--root", str(root), "list", "-q", check=False)
-    for cid in out.split():
-        sh(RUNC, "--root", str(root), "delete", "--force", cid, check=False)
+    for state in [root, *(d for d in root.iterdir() if d.is_dir())]:
+        out = sh(RUNC, "--root", str(state), "list", "-q", check=False)
+        for cid in out.split():
+            sh(RUNC, "--root", str(state), "delete", "--force", cid, check=False)
+
+
+def pod_processes() -> dict[int, str]:
+    """The processes in the pods' cgroups (kubepods), by PID, with their command lines."""
+    found: dict[int, str] = {}
+    for procs in Path("/sys/fs/cgroup").glob("*/kubepods/**/cgroup.procs"):
+        with contextlib.suppress(OSError):
+            for pid in map(int, procs.read_text().split()):
+                if _alive(pid) and pid not in found:
+                    found[pid] = _cmdline(pid)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
+
+
+def _kill_pod_processes(timeout: float = 10.0) -> None:
+    """SIGKILL what is still in the pods' cgroups once runc has deleted what it knows of
+    (a container whose runc state went missing); fail, naming them, if any survive."""
+    deadline = time.monotonic() + timeout
+    while (left := pod_processes()) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    if left:
+        lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in sorted(left.items()))
+        raise SystemExit(
+            f"the test bed's pods left {len(left)} process(es) that survive SIGKILL:\n{lines}\n"
+            "they hold memory and CPU under the next run: find what keeps them (a stuck "
+            "mount, an uninterruptible wait) and kill them before 'python -m testbed up'"
+        )
 
 
 def _alive(pid: int) -> bool:
