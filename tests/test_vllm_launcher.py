@@ -38,8 +38,23 @@ BASE = ["vllm", "serve", NAMES[0], "--served-model-name", *NAMES, "--host", "0.0
         ({}, []),
         ({"gpus": 1}, []),
         ({"gpus": 4}, ["--tensor-parallel-size", "4"]),
-        ({"mode": "sequential"}, ["--max-num-seqs", "1"]),
-        ({"mode": "sequential", "gpus": 2}, ["--tensor-parallel-size", "2", "--max-num-seqs", "1"]),
+        ({"mode": "sequential"}, ["--max-num-seqs", "1", "--max-num-batched-tokens", "2048"]),
+        (
+            {"mode": "sequential", "gpus": 2},
+            [
+                "--tensor-parallel-size",
+                "2",
+                "--max-num-seqs",
+                "1",
+                "--max-num-batched-tokens",
+                "2048",
+            ],
+        ),
+        # A budget of the user's own replaces the launcher's (vLLM reads `_` as `-`).
+        (
+            {"mode": "sequential", "extra_args": ["--max_num_batched_tokens=4096"]},
+            ["--max-num-seqs", "1", "--max_num_batched_tokens=4096"],
+        ),
         ({"revision": "v1.2"}, ["--revision", "v1.2"]),
         (
             {"gpu_memory_utilization": 0.8, "max_model_len": 448},
@@ -99,7 +114,7 @@ def test_from_the_operators_pod_spec_to_the_command() -> None:
     assert out.stdout.strip() == (
         "vllm serve openai/whisper-large-v3-turbo --served-model-name openai/whisper-large-v3-turbo whisper-1 "
         "--host 0.0.0.0 --port 8000 --download-dir /var/cache/models --revision main "
-        "--tensor-parallel-size 2 --max-num-seqs 1 --enforce-eager"
+        "--tensor-parallel-size 2 --max-num-seqs 1 --max-num-batched-tokens 2048 --enforce-eager"
     )
 
 

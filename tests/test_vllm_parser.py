@@ -47,7 +47,8 @@ for settings in job["main"]:
 print("RESULT " + json.dumps(out))
 """
 KEYS = ["model_tag", "served_model_name", "host", "port", "download_dir", "revision",
-        "tensor_parallel_size", "max_num_seqs", "gpu_memory_utilization", "max_model_len"]  # fmt: skip
+        "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+        "max_model_len"]  # fmt: skip
 
 
 def pinned_version() -> str:
@@ -88,6 +89,7 @@ def expected(s: WorkerSettings) -> dict[str, Any]:
             "port": s.port, "download_dir": s.cache_dir, "revision": s.revision,
             "tensor_parallel_size": max(s.gpus, 1),
             "max_num_seqs": 1 if s.mode == "sequential" else None,
+            "max_num_batched_tokens": 2048 if s.mode == "sequential" else None,
             "gpu_memory_utilization": s.gpu_memory_utilization or 0.92,
             "max_model_len": s.max_model_len}  # fmt: skip
 
@@ -140,7 +142,7 @@ def test_the_launcher_checks_with_vllms_parser_before_starting(vllm_run: Any) ->
     assert good["stdout"].strip() == (
         "vllm serve openai/whisper-large-v3-turbo --served-model-name openai/whisper-large-v3-turbo "
         "whisper-1 --host 0.0.0.0 --port 8000 --download-dir /var/cache/models "
-        "--tensor-parallel-size 2 --max-num-seqs 1 --enforce-eager"
+        "--tensor-parallel-size 2 --max-num-seqs 1 --max-num-batched-tokens 2048 --enforce-eager"
     )
     for (args, message), out in zip(BAD_ENGINE_ARGS, bad, strict=True):
         assert out["code"] == 2, (args, out)

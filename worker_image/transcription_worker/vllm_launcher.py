@@ -27,6 +27,14 @@ from .launch import Launcher, LaunchError
 
 __all__ = ["LaunchError", "check_with_vllm_parser", "main", "vllm_args"]
 
+# Without it, vLLM caps the tokens of a step at max_num_seqs x max_model_len (448 for one
+# Whisper sequence), below the 1500 tokens of one Whisper encoder input, and refuses to start
+# ("Chunked MM input disabled but max_tokens_per_mm_item (1500) is larger than
+# max_num_batched_tokens (448)"): on the CPU build (seen) and the GPU build alike (the same
+# clamp in EngineArgs, vLLM 0.32). 2048 is vLLM's own default where nothing clamps it.
+BATCHED_TOKENS = "--max-num-batched-tokens"
+SEQUENTIAL_BATCHED_TOKENS = 2048
+
 
 def vllm_args(s: WorkerSettings) -> list[str]:
     """The `vllm serve` command line for these settings; raises LaunchError when invalid."""
@@ -47,6 +55,8 @@ def vllm_args(s: WorkerSettings) -> list[str]:
         args += ["--tensor-parallel-size", str(s.gpus)]
     if s.mode == Mode.SEQUENTIAL:
         args += ["--max-num-seqs", "1"]
+        if not any(a.replace("_", "-").split("=", 1)[0] == BATCHED_TOKENS for a in s.extra_args):
+            args += [BATCHED_TOKENS, str(SEQUENTIAL_BATCHED_TOKENS)]
     if s.gpu_memory_utilization is not None:
         args += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
     if s.max_model_len is not None:

@@ -25,7 +25,8 @@ PROFILE = EngineProfile(
     engine=Engine.VLLM,
     serves={
         ModelFamily.WHISPER: Serving(
-            # Sequential: `--max-num-seqs 1`, one sequence at a time.
+            # Sequential: `--max-num-seqs 1`, one sequence at a time (the launcher adds the
+            # token budget one Whisper input needs).
             modes={Mode.CONTINUOUS: _CONTINUOUS, Mode.SEQUENTIAL: one_at_a_time(_CONTINUOUS)},
         ),
     },
