@@ -143,5 +143,33 @@ def test_hostile_chat_bodies_never_cause_a_500(gateway: str, body: Any, raw: byt
     assert err["message"] and err["type"]
 
 
+ENDPOINTS = [("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations"),
+             ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/health"),
+             ("GET", "/ready"), ("GET", "/metrics"), ("POST", "/v1/models"), ("GET", "/v1/nope")]  # fmt: skip
+content_types = st.sampled_from(["multipart/form-data; boundary=b", "multipart/form-data; boundary=" + "x" * 300,
+                                 "multipart/form-data; boundary=", "multipart/form-data; boundary=\"", "application/json",
+                                 "application/json; charset=utf-16", "text/plain", ""]) | st.text(
+                                 st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=40)  # fmt: skip
+
+
+@given(endpoint=st.sampled_from(ENDPOINTS), body=st.binary(max_size=2048), ctype=content_types,
+       deep=st.integers(0, 3000), prefix=st.sampled_from([b"", b"--b\r\n", b'{"messages": ']))  # fmt: skip
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+def test_any_bytes_to_any_endpoint_never_cause_a_5xx(
+    gateway: str, endpoint: tuple[str, str], body: bytes, ctype: str, deep: int, prefix: bytes
+) -> None:
+    """Arbitrary bytes, framing starts, and JSON nested up to thousands deep, with any
+    content type: every answer is below 500 and, if an error, in OpenAI's shape."""
+    content = prefix + b"[" * deep + body
+    headers = {"content-type": ctype} if ctype else {}
+    method, path = endpoint
+    r = httpx.request(method, gateway + path, content=content, headers=headers, timeout=30)
+    assert r.status_code < 500, (endpoint, r.text)
+    if r.status_code >= 400:
+        assert r.headers["content-type"] == "application/json", (endpoint, headers, r.text)
+        err = r.json()["error"]
+        assert err["message"] and err["type"]
+
+
 def test_still_serving_after_fuzzing(gateway: str) -> None:
     still_serving(gateway)

@@ -219,6 +219,7 @@ class ChatCompletionRequest(BaseModel):
 
 def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request and the body as sent (to forward); 400 naming what is wrong."""
+    too_deep = False
     try:
         body = json.loads(raw)
     except ValueError as e:
@@ -227,12 +228,35 @@ def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
             "application/json",
             code="invalid_json",
         ) from None
+    except RecursionError:  # nested deeper than the decoder goes
+        too_deep = True
+    if too_deep or _depth(body) > MAX_JSON_DEPTH:
+        raise bad_request(
+            f"the request body is nested more than {MAX_JSON_DEPTH} levels deep",
+            code="invalid_json",
+        )
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", code="invalid_json")
     try:
         return ChatCompletionRequest.model_validate(body), body
     except ValidationError as e:
         raise _message(e) from None
+
+
+MAX_JSON_DEPTH = 32  # a chat request needs 5 (body, messages, message, content, part, audio)
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and arrays nest in a decoded JSON value (without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                break
+            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _message(e: ValidationError) -> APIError:

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import IO
 
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
+from starlette.requests import ClientDisconnect
 
 from .errors import APIError, bad_request, too_large
 
@@ -25,6 +26,7 @@ FORM_OVERHEAD = 256 * 1024
 SPOOL_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs more
 MAX_FIELDS = 64
+MAX_BOUNDARY_BYTES = 200  # RFC 2046: at most 70; python-multipart's own cap is 256
 
 
 @dataclass
@@ -72,6 +74,14 @@ class _Part:
         self.content_type = "application/octet-stream"
         self.data = bytearray()
         self.size = 0
+
+
+def _clean_type(sent: str | None, default: str) -> str:
+    """A part's Content-Type as the worker may get it: printable ASCII, or the default
+    (the gateway forwards it in a header of its own request: no CR, LF or NUL)."""
+    if sent and len(sent) <= 255 and all(" " <= c <= "~" for c in sent):
+        return sent.strip() or default
+    return default
 
 
 def boundary_of(content_type: str | None) -> bytes:
@@ -127,7 +137,7 @@ async def parse_upload(
         part.name = opts.get(b"name", b"").decode("utf-8", "replace")
         if b"filename" in opts:
             part.filename = opts[b"filename"].decode("utf-8", "replace") or "audio"
-            part.content_type = part.headers.get("content-type", part.content_type)
+            part.content_type = _clean_type(part.headers.get("content-type"), part.content_type)
         if part.name == "file":
             if upload.file is not None:
                 errors.append(bad_request("more than one `file` part", param="file"))
@@ -171,8 +181,13 @@ async def parse_upload(
                     bad_request(f"form field `{part.name}` is not UTF-8", param=part.name)
                 )
 
+    boundary = boundary_of(content_type)
+    if len(boundary) > MAX_BOUNDARY_BYTES:
+        raise bad_request(
+            f"the multipart boundary is over {MAX_BOUNDARY_BYTES} characters", param="file"
+        )
     parser = MultipartParser(
-        boundary_of(content_type),
+        boundary,
         callbacks={
             "on_part_begin": on_part_begin,
             "on_part_data": on_part_data,
@@ -190,9 +205,25 @@ async def parse_upload(
             if errors:
                 raise errors[0]
         parser.finalize()
+        if parser.state != MultipartState.END:
+            # python-multipart's finalize() does not check this: a body cut short (a dropped
+            # connection, a proxy's limit) would pass for the whole upload.
+            raise bad_request(
+                "the multipart body is incomplete: it ended without its closing boundary "
+                "(the upload was cut short?)",
+                param="file",
+                code="incomplete_upload",
+            )
     except APIError:
         upload.close()
         raise
+    except ClientDisconnect as e:
+        upload.close()
+        raise bad_request(
+            "the request body ended before its Content-Length (the upload was cut short)",
+            param="file",
+            code="incomplete_upload",
+        ) from e
     except Exception as e:  # python-multipart raises its own errors on malformed bodies
         upload.close()
         raise bad_request(f"malformed multipart body: {e}", param="file") from e

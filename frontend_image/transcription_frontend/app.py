@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -23,6 +23,7 @@ from transcription_api.openai import ModelCard, ModelList
 
 from . import chat, errors, load
 from .gateway import Gateway
+from .limits import Guard
 from .openapi import document_audio_routes
 from .pipeline import transcribe
 from .request_id import RequestIdMiddleware
@@ -30,6 +31,7 @@ from .respond import Reply
 
 __all__ = ["Gateway", "create_app"]
 
+BODY_OVERHEAD = 1024 * 1024  # the whole body's cap: the upload limit and this, by default
 AUDIO_PATHS = {
     "/v1/audio/transcriptions": Capability.TRANSCRIPTIONS,
     "/v1/audio/translations": Capability.TRANSLATIONS,
@@ -54,13 +56,18 @@ def create_app(gateway: Gateway) -> ASGIApp:
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:
-        gateway.keys.check(request.headers.get("authorization"))
+        key = gateway.keys.check(request.headers.get("authorization"))
         table = gateway.router.table
+        allowed = (
+            key is None
+            or key.models is None
+            or any(table.resolve(m) == table.model for m in key.models)
+        )
         return ModelList(
             data=[
                 ModelCard(id=n, created=gateway.started, owned_by="transcription-operator",
                           root=table.model, parent=None if n == table.model else table.model)
-                for n in table.served_names
+                for n in table.served_names if allowed
             ]
         )  # fmt: skip
 
@@ -68,10 +75,16 @@ def create_app(gateway: Gateway) -> ASGIApp:
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/ready")
-    async def ready() -> dict[str, str]:
+    @app.get("/ready", response_model=None)
+    async def ready() -> dict[str, str] | Response:
         # Ready with every pool at zero too: the gateway accepts requests and holds them
-        # while their pool scales up (hold.py).
+        # while their pool scales up (hold.py). Not ready while a configured key file has
+        # no key (auth.py): the gateway fails closed, never open.
+        gateway.keys.keys()
+        if gateway.keys.problem is not None:
+            return JSONResponse(
+                {"status": "not ready", "reason": gateway.keys.problem}, status_code=503
+            )
         return {"status": "ready"}
 
     @app.get(load.PATH, include_in_schema=False)
@@ -83,7 +96,10 @@ def create_app(gateway: Gateway) -> ASGIApp:
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    return RequestIdMiddleware(Pipelines(app, gateway))
+    def body_cap() -> int:
+        return gateway.router.table.max_upload_bytes + BODY_OVERHEAD
+
+    return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.limits, body_cap))
 
 
 class Pipelines:

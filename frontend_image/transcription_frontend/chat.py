@@ -46,7 +46,7 @@ async def complete(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> N
 
 async def _pipeline(ex: Exchange) -> None:
     headers = Request(ex.scope).headers
-    ex.gw.keys.check(headers.get("authorization"))
+    key = ex.gw.keys.check(headers.get("authorization"))
     table = ex.gw.router.table
     limit = table.max_upload_bytes
     length = headers.get("content-length")
@@ -55,7 +55,7 @@ async def _pipeline(ex: Exchange) -> None:
     raw = await read_body(Request(ex.scope, ex.receive).stream(), limit)
     ex.obs.upload(len(raw))
     request, body = parse_chat(raw)
-    ex.obs.model = primary = resolve_model(table, request.model)
+    ex.obs.model = primary = resolve_model(table, request.model, key)
     audio = []
     for i, j, part in request.audio_parts():
         param = f"messages[{i}].content[{j}].input_audio"

@@ -25,6 +25,8 @@ async def api_error(request: Request, exc: Exception) -> Response:
 
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:  # an unknown route: no model is involved
+        return respond(APIError(404, str(exc.detail), code="unknown_url"))
     return respond(APIError(exc.status_code, str(exc.detail)))
 
 

@@ -18,6 +18,7 @@ from .auth import ApiKeys
 from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
 from .forward import Forwarder, WorkerTimeouts, new_session
 from .hold import HoldLimits, Holds
+from .limits import Limits
 from .load import Load
 from .routing import Router
 from .scaler import serve_scaler
@@ -34,6 +35,7 @@ class Gateway:
     kubeconfig: str | None = None
     hold_limits: HoldLimits = field(default_factory=HoldLimits)
     worker_timeouts: WorkerTimeouts = field(default_factory=WorkerTimeouts)
+    limits: Limits = field(default_factory=Limits)  # against hostile clients (limits.py)
     peers_service: str | None = None  # the frontend's own Service (in slice_namespace)
     scaler_port: int | None = None  # KEDA's external scaler (gRPC); None: off
     scaler_host: str = "0.0.0.0"

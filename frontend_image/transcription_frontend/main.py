@@ -20,6 +20,7 @@ from .app import Gateway, create_app
 from .discovery import load_table
 from .forward import WorkerTimeouts
 from .hold import HoldLimits
+from .limits import guarded_protocol, limits_args, limits_of
 from .routing import Router
 
 
@@ -114,6 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="on SIGTERM: seconds for requests in flight and held to finish (keep it below "
         "the pod's terminationGracePeriodSeconds minus its preStop delay)",
     )
+    limits_args(p)
     return p.parse_args(argv)
 
 
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: cannot read the route table {args.routes}: {e}", file=sys.stderr)
         return 2
+    limits = limits_of(args)
     gateway = Gateway(
         router=Router(table, policy=args.balancer),
         api_keys_path=args.api_keys,
@@ -155,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         peers_service=args.peers_service,
         scaler_port=args.scaler_port or None,
         scaler_host=args.host,
+        limits=limits,
     )
     config = uvicorn.Config(
         create_app(gateway),
@@ -163,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         log_level=args.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=args.shutdown_grace,
+        http=guarded_protocol(limits),
+        timeout_keep_alive=limits.idle_timeout,
+        limit_concurrency=limits.max_connections,
     )
     server = Server(config, gateway)
     server.run()

@@ -38,6 +38,7 @@ from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
 from .adapters import Adapter, able, adapter
+from .auth import Key, check_scope
 from .disconnect import cancel_on_disconnect
 from .errors import internal_error
 from .forward import Body, WorkerAnswer
@@ -131,7 +132,7 @@ async def run(
 
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     headers = Request(ex.scope).headers
-    ex.gw.keys.check(headers.get("authorization"))
+    key = ex.gw.keys.check(headers.get("authorization"))
     table = ex.gw.router.table
     limit = table.max_upload_bytes
     check_length(headers.get("content-length"), limit)
@@ -141,7 +142,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     with closing(upload):
         ex.obs.upload(upload.size)
         request = parse_request(upload.fields)
-        ex.obs.model = primary = resolve_model(table, request.model)
+        ex.obs.model = primary = resolve_model(table, request.model, key)
         audio = check_audio(upload)
         needs = request_needs(
             endpoint,
@@ -162,14 +163,16 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         )
 
 
-def resolve_model(table: RouteTable, name: str | None) -> str:
-    """The primary model a requested name (or alias) stands for; 404 if none."""
+def resolve_model(table: RouteTable, name: str | None, key: Key | None = None) -> str:
+    """The primary model a requested name (or alias) stands for; 404 if none, 403 if the
+    client's key may not use it."""
     primary = table.resolve(name)
     if primary is None:
         valid = ", ".join(table.served_names)
         raise APIError(
             404, f"The model `{name}` does not exist. Valid models: {valid}", param="model"
         )
+    check_scope(key, primary, {n: table.resolve(n) or n for n in table.served_names})
     return primary
 
 

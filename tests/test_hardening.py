@@ -1,0 +1,217 @@
+"""The gateway against hostile or broken clients (issue 25), in process over real HTTP:
+truncated uploads, keys that fail closed, parser errors that are 400s, bounded resources.
+Each test asserts the error, then that a good request is still served."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from testkit.frontend import PRIMARY, WAV, Frontend, assert_still_serving, error, pool
+from testkit.standins import Behaviour, Running
+from transcription_api.multipart import parse_upload
+from transcription_api.routes import RouteTable
+
+
+@pytest.fixture
+def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table)
+    yield fe
+    fe.running.stop()
+
+
+def form(boundary: str = "b", close: bool = True) -> bytes:
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n"
+    ).encode() + WAV
+    return body + (f"\r\n--{boundary}--\r\n".encode() if close else b"")
+
+
+def post_raw(fe: Frontend, body: bytes, boundary: str = "b") -> httpx.Response:
+    return httpx.post(
+        f"{fe.url}/v1/audio/transcriptions",
+        content=body,
+        headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+        timeout=30,
+    )
+
+
+# --------------------------------------------------------------------------- 4: complete uploads
+
+
+def test_an_upload_without_its_closing_boundary_is_400_and_never_reaches_a_worker(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    for cut in (form(close=False), form(close=False) + b"\r\n--b", form()[:-300]):
+        r = post_raw(frontend, cut)
+        assert r.status_code == 400, r.text
+        e = error(r)
+        assert e["code"] == "incomplete_upload" and "closing boundary" in e["message"]
+    assert worker[1].seen == []
+    assert post_raw(frontend, form()).status_code == 200
+    assert_still_serving(frontend)
+
+
+def test_a_body_shorter_than_its_content_length_never_reaches_a_worker(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    host, port = frontend.url.removeprefix("http://").split(":")
+    body = form()
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(
+            b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n"
+            + f"Content-Length: {len(body) + 1000}\r\n\r\n".encode()
+            + body
+        )
+        s.shutdown(socket.SHUT_WR)  # the client's side ends here: the body is short
+        s.settimeout(10)
+        with contextlib.suppress(OSError):
+            s.recv(65536)
+    assert worker[1].seen == []
+    assert_still_serving(frontend)
+
+
+# --------------------------------------------------------------------------- 5: parser errors
+
+
+def test_a_boundary_over_the_limit_is_400(frontend: Frontend) -> None:
+    long = "x" * 300
+    r = post_raw(frontend, form(long), boundary=long)
+    assert r.status_code == 400 and "boundary" in error(r)["message"]
+    assert_still_serving(frontend)
+
+
+# --------------------------------------------------------------------------- 3: keys fail closed
+
+
+def keyed(worker: tuple[Running, Behaviour], keys: Path) -> Frontend:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    return Frontend(table, keys=keys)
+
+
+def bearer(key: str | bytes) -> dict[str, str | bytes]:
+    return {"authorization": b"Bearer " + (key.encode() if isinstance(key, str) else key)}
+
+
+def test_keys_are_bytes_a_bom_comments_and_blank_lines_are_no_keys(
+    worker: tuple[Running, Behaviour], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_bytes("\ufeffk-one\n\n# a comment\n  k-two  \nk-é\n".encode())
+    fe = keyed(worker, keys)
+    try:
+        for good in ("k-one", "k-two", "k-é".encode()):
+            assert fe.post({"model": "whisper-1"}, headers=bearer(good)).status_code == 200
+        for bad in ("# a comment", "#", "\ufeffk-one".encode(), "é".encode(), b"\xff\xfe", "k"):
+            r = fe.post({"model": "whisper-1"}, headers=bearer(bad))
+            assert r.status_code == 401, (bad, r.text)
+            assert error(r)["code"] == "invalid_api_key"
+        assert httpx.get(f"{fe.url}/ready").status_code == 200
+    finally:
+        fe.running.stop()
+
+
+@pytest.mark.parametrize("content", [None, b"", b"\n# only a comment\n\n", b"\xef\xbb\xbf\n"])
+def test_a_missing_or_empty_key_file_is_not_ready_and_never_open(
+    worker: tuple[Running, Behaviour], tmp_path: Path, content: bytes | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    keys = tmp_path / "keys"
+    if content is not None:
+        keys.write_bytes(content)
+    with caplog.at_level("ERROR", "transcription_frontend.auth"):
+        fe = keyed(worker, keys)
+    try:
+        assert "not ready" in caplog.text and str(keys) in caplog.text
+        r = httpx.get(f"{fe.url}/ready")
+        assert r.status_code == 503 and str(keys) in r.json()["reason"]
+        for headers in ({}, bearer("anything")):
+            r = fe.post({"model": "whisper-1"}, headers=headers)
+            assert r.status_code == 503 and error(r)["code"] == "api_keys_unavailable"
+            assert r.headers["retry-after"]
+            r = httpx.get(f"{fe.url}/v1/models", headers=headers)
+            assert r.status_code == 503
+        assert worker[1].seen == []
+        keys.write_text("k-new\n")  # the Secret gets its key: ready, without a restart
+        os.utime(keys, (1, 1))
+        assert httpx.get(f"{fe.url}/ready").status_code == 200
+        assert fe.post({"model": "whisper-1"}, headers=bearer("k-new")).status_code == 200
+        assert fe.post({"model": "whisper-1"}).status_code == 401
+    finally:
+        fe.running.stop()
+
+
+def test_keys_rotate_without_a_restart(worker: tuple[Running, Behaviour], tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k-old\n")
+    fe = keyed(worker, keys)
+    try:
+        assert fe.post({"model": "whisper-1"}, headers=bearer("k-old")).status_code == 200
+        keys.write_text("k-new\n")
+        os.utime(keys, (2, 2))
+        assert fe.post({"model": "whisper-1"}, headers=bearer("k-old")).status_code == 401
+        assert fe.post({"model": "whisper-1"}, headers=bearer("k-new")).status_code == 200
+    finally:
+        fe.running.stop()
+
+
+def test_a_key_may_use_only_the_models_it_lists(
+    worker: tuple[Running, Behaviour], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k-all\nk-whisper whisper-1\nk-other other-model,another\n")
+    fe = keyed(worker, keys)
+    try:
+        assert fe.post({"model": PRIMARY}, headers=bearer("k-whisper")).status_code == 200
+        assert fe.post({"model": "whisper-1"}, headers=bearer("k-all")).status_code == 200
+        r = fe.post({"model": "whisper-1"}, headers=bearer("k-other"))
+        assert r.status_code == 403 and error(r)["code"] == "model_not_allowed"
+        r = httpx.get(f"{fe.url}/v1/models", headers=bearer("k-other"))
+        assert r.status_code == 200 and r.json()["data"] == []
+        r = httpx.get(f"{fe.url}/v1/models", headers=bearer("k-whisper"))
+        assert len(r.json()["data"]) == 2
+    finally:
+        fe.running.stop()
+
+
+def test_chat_json_nested_thousands_deep_is_400(frontend: Frontend) -> None:
+    for depth in (40, 10_000, 100_000):
+        r = httpx.post(
+            f"{frontend.url}/v1/chat/completions",
+            content=b'{"messages": ' + b"[" * depth + b"]" * depth + b"}",
+            headers={"content-type": "application/json"},
+        )
+        assert r.status_code == 400, r.text
+        assert error(r)["code"] == "invalid_json" and "nested" in error(r)["message"]
+    assert_still_serving(frontend)
+
+
+def test_a_file_parts_content_type_goes_on_only_clean() -> None:
+    async def parse(ctype: bytes) -> str:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield form().replace(b"Content-Type: audio/wav", b"Content-Type: " + ctype)
+
+        upload = await parse_upload(chunks(), "multipart/form-data; boundary=b", 1 << 20)
+        upload.close()
+        return upload.file_content_type
+
+    assert asyncio.run(parse(b"audio/wav")) == "audio/wav"
+    for evil in (b"audio/wav\x00", b"audio/wav\x7f", "audio/é".encode(), b"a" * 300):
+        assert asyncio.run(parse(evil)) == "application/octet-stream", evil
+
+
+def test_an_unknown_route_is_404_without_a_model_code(frontend: Frontend) -> None:
+    r = httpx.get(f"{frontend.url}/v1/nope")
+    assert r.status_code == 404 and error(r)["code"] == "unknown_url"
+    assert error(r)["type"] == "not_found_error"
