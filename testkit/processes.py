@@ -40,12 +40,15 @@ def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
     return proc
 
 
-def frontend(table: RouteTable, d: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def frontend(table: RouteTable, d: Path, args: list[str] | None = None,
+             ready: str = "/ready") -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
+    """The frontend's process on `table`, with more of its flags (`args`), once `ready`
+    (a path) answers 200."""
     (d / "routes.json").write_text(table.dumps())
     port = free_port()
     proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"),
-                  "--host", "127.0.0.1", "--port", str(port)], d / "frontend.log",
-                 f"http://127.0.0.1:{port}/ready")  # fmt: skip
+                  "--host", "127.0.0.1", "--port", str(port), "--scaler-port", "0",
+                  *(args or [])], d / "frontend.log", f"http://127.0.0.1:{port}{ready}")  # fmt: skip
     return f"http://127.0.0.1:{port}", proc
 
 

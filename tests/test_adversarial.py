@@ -1,0 +1,282 @@
+"""Hostile clients against the real frontend process (`transcription-frontend`, as the pod
+runs it: uvicorn, httptools, the guards of limits.py) in front of a stand-in vLLM worker.
+One test per item of issue 25, each asserting the error and then that a good request is
+still served. Limits are set low here so that each test takes about a second; their
+defaults are in limits.py and docs/security.md. The memory ceiling under 100 hostile
+connections is a benchmark (`python -m bench hostile`), not a timed test."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from testkit.audio import tone_wav
+from testkit.processes import frontend
+from testkit.standins import Behaviour, Running, start, vllm_app
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+
+NAMES = ["whisper-large-v3", "whisper-1"]
+WAV = tone_wav(0.3)
+LIMITS = ["--max-header-bytes", "8192", "--max-headers", "40", "--header-timeout", "1",
+          "--body-timeout", "1", "--body-min-rate", "100000", "--max-body-bytes", "2000000",
+          "--max-concurrency", "3", "--idle-timeout", "2"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[tuple[Running, Behaviour]]:
+    b = Behaviour()
+    running = start(vllm_app(NAMES, b))
+    yield running, b
+    running.stop()
+
+
+def table(url: str) -> RouteTable:
+    return RouteTable(model=NAMES[0], aliases=NAMES[1:], max_upload_bytes=1024 * 1024, pools=[
+        PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="b", endpoints=[url]),
+    ])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    worker: tuple[Running, Behaviour], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    d = tmp_path_factory.mktemp("adversarial")
+    keys = d / "keys"
+    keys.write_bytes("\ufeff# the team's key\n\nk-good\n".encode())
+    url, proc = frontend(table(worker[0].url), d, [*LIMITS, "--api-keys", str(keys)])
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+KEY = {"authorization": "Bearer k-good"}
+
+
+def still_serving(url: str) -> None:
+    r = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                   files={"file": ("a.wav", WAV)}, headers=KEY, timeout=30)  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s
+
+
+def answer(s: socket.socket) -> tuple[int, bytes]:
+    """The status and the rest of what the server sent, until it closed the connection."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return int(data.split(b" ", 2)[1]), data
+
+
+def sent_until_closed(s: socket.socket, chunks: Iterable[bytes], pause: float = 0) -> bool:
+    """Send the chunks; True if the server closed the connection before the last."""
+    try:
+        for chunk in chunks:
+            s.sendall(chunk)
+            time.sleep(pause)
+    except OSError:
+        return True
+    return False
+
+
+def form(close: bool = True) -> bytes:
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n' + WAV
+    )
+    return body + (b"\r\n--b--\r\n" if close else b"")
+
+
+def head(length: int | None = None, extra: bytes = b"") -> bytes:
+    framing = (
+        b"Transfer-Encoding: chunked\r\n" if length is None else b"Content-Length: %d\r\n" % length
+    )
+    return (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-good\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n" + framing + extra + b"\r\n")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- 1: bounded resources
+
+
+def test_an_endless_header_is_431_and_the_connection_closed(gateway: str) -> None:
+    with connect(gateway) as s:
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Junk: ")
+        assert sent_until_closed(s, (b"a" * 4096 for _ in range(2000)))
+        status, data = answer(s)
+    assert status == 431 and b"headers_too_large" in data
+    still_serving(gateway)
+
+
+def test_too_many_headers_is_431(gateway: str) -> None:
+    headers = {f"x-h{i}": "1" for i in range(60)}
+    r = httpx.get(f"{gateway}/v1/models", headers={**KEY, **headers})
+    assert r.status_code == 431 and r.json()["error"]["code"] == "too_many_headers"
+    still_serving(gateway)
+
+
+def test_headers_that_never_finish_time_out_with_408(gateway: str) -> None:
+    with connect(gateway) as s:
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        status, data = answer(s)
+    assert status == 408 and b"header_timeout" in data
+    assert time.monotonic() - started < 5
+    with connect(gateway) as s:  # a connection that sends nothing at all, too
+        assert answer(s)[0] == 408
+    still_serving(gateway)
+
+
+def test_a_body_that_stalls_is_408(gateway: str, worker: tuple[Running, Behaviour]) -> None:
+    seen = len(worker[1].seen)
+    with connect(gateway) as s:
+        body = form()
+        s.sendall(head(len(body)) + body[:1000])  # ... and then nothing
+        status, data = answer(s)
+    assert status == 408 and b"body_timeout" in data
+    assert len(worker[1].seen) == seen
+    still_serving(gateway)
+
+
+def test_a_body_trickling_below_the_minimum_rate_is_408(gateway: str) -> None:
+    with connect(gateway) as s:
+        body = form()
+        s.sendall(head(len(body)))
+        started = time.monotonic()
+        # 500 bytes every 0.2 s: 2.5 kB/s
+        assert sent_until_closed(s, (body[i : i + 500] for i in range(0, len(body), 500)), 0.2)
+        status, data = answer(s)
+    assert status == 408 and b"slower than" in data
+    assert time.monotonic() - started < 6
+    still_serving(gateway)
+
+
+def test_junk_after_a_valid_form_is_cut_off_by_the_whole_body_cap(gateway: str) -> None:
+    body = form()
+    with connect(gateway) as s:
+        s.sendall(head() + b"%x\r\n%s\r\n" % (len(body), body))
+        junk = b"\x00" * 65536
+        chunk = b"%x\r\n%s\r\n" % (len(junk), junk)
+        assert sent_until_closed(s, (chunk for _ in range(300 * 16)))  # up to 300 MiB
+        status, data = answer(s)
+    assert status == 413 and b"whole request body" in data
+    still_serving(gateway)
+
+
+def test_requests_over_the_concurrency_limit_get_503_with_retry_after(gateway: str) -> None:
+    held = []
+    try:
+        for _ in range(3):  # three slow uploads in flight: the limit
+            s = connect(gateway)
+            s.sendall(head(500_000))
+            held.append(s)
+        time.sleep(0.3)
+        r = httpx.get(f"{gateway}/v1/models", headers=KEY)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "too_many_requests_in_flight"
+        assert httpx.get(f"{gateway}/ready").status_code == 200  # probes are exempt
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    still_serving(gateway)
+
+
+# --------------------------------------------------------------------------- 3, 4, 5
+
+
+def test_a_bad_key_is_401_never_500(gateway: str) -> None:
+    for key in ("Bearer é".encode(), b"Bearer \xff\xfe", b"Bearer # the team's key", b"Bearer"):
+        r = httpx.get(f"{gateway}/v1/models", headers={"authorization": key})
+        assert r.status_code == 401, (key, r.text)
+    still_serving(gateway)
+
+
+def test_an_empty_key_file_is_never_open(worker: tuple[Running, Behaviour], tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# no key yet\n")
+    url, proc = frontend(table(worker[0].url), tmp_path, ["--api-keys", str(keys)], "/health")
+    try:
+        r = httpx.get(f"{url}/ready")
+        assert r.status_code == 503 and "has no key" in r.json()["reason"]
+        r = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                       files={"file": ("a.wav", WAV)})  # fmt: skip
+        assert r.status_code == 503
+        assert "has no key" in (tmp_path / "frontend.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_truncated_upload_is_400_and_never_reaches_a_worker(
+    gateway: str, worker: tuple[Running, Behaviour]
+) -> None:
+    seen = len(worker[1].seen)
+    cut = form(close=False)
+    with connect(gateway) as s:
+        s.sendall(head(len(cut)) + cut)
+        status, data = answer_keepalive(s)
+    assert status == 400 and b"incomplete_upload" in data
+    assert len(worker[1].seen) == seen
+    still_serving(gateway)
+
+
+def answer_keepalive(s: socket.socket) -> tuple[int, bytes]:
+    """The first response on a connection the server keeps open."""
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        data += s.recv(65536)
+    return int(data.split(b" ", 2)[1]), data
+
+
+def test_deep_json_and_a_long_boundary_are_400(gateway: str) -> None:
+    r = httpx.post(f"{gateway}/v1/chat/completions", content=b"[" * 100_000, headers=KEY)
+    assert r.status_code == 400
+    r = httpx.post(f"{gateway}/v1/audio/transcriptions", content=form(), headers={
+        **KEY, "content-type": "multipart/form-data; boundary=" + "b" * 300})  # fmt: skip
+    assert r.status_code == 400
+    still_serving(gateway)
+
+
+def test_many_hostile_connections_at_once_leave_good_requests_served(gateway: str) -> None:
+    """Fifty slow-header and slow-body clients at once (the benchmark runs 100 and measures
+    memory): each is cut off by its timeout, and good requests are served meanwhile."""
+    stop = threading.Event()
+    sockets: list[socket.socket] = []
+
+    def hostile(i: int) -> None:
+        try:
+            s = connect(gateway)
+            sockets.append(s)
+            s.sendall(b"GET / HTTP/1.1\r\nX: " if i % 2 else head(500_000) + b"--b")
+            while not stop.is_set() and s.recv(1):
+                pass
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=hostile, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.2)
+        r = httpx.get(f"{gateway}/health")
+        assert r.status_code == 200 and json.loads(r.text)["status"] == "ok"
+        time.sleep(2)  # the hostile ones timed out: the gateway is free again
+        still_serving(gateway)
+    finally:
+        stop.set()
+        for s in sockets:
+            s.close()
+        for t in threads:
+            t.join(timeout=5)
