@@ -43,6 +43,8 @@ from transcription_frontend.forward import WorkerTimeouts
 WAV = tone_wav(0.5)
 
 pytestmark = pytest.mark.standin("audio-lm")
+
+
 def audio_part(data: bytes = WAV, fmt: str = "wav") -> dict[str, Any]:
     return {"type": "input_audio",
             "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}  # fmt: skip
@@ -94,7 +96,11 @@ def test_audio_input_through_the_openai_client(
     seen = worker[1].seen[-1]
     assert (seen.path, seen.body["model"]) == ("/v1/chat/completions", AUDIO_LM_MODEL)  # type: ignore[index]
     # Every other field as sent, the audio untouched.
-    assert seen.body == {"model": AUDIO_LM_MODEL, "messages": messages(audio_part()), "max_tokens": 5}
+    assert seen.body == {
+        "model": AUDIO_LM_MODEL,
+        "messages": messages(audio_part()),
+        "max_tokens": 5,
+    }
 
 
 def test_the_audio_format_sent_is_the_container_the_bytes_are_in(
