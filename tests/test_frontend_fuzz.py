@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from testkit.audio import tone_wav
-from testkit.standins import Behaviour, Running, start, vllm_app
+from testkit.frontend import AUDIO_LM_MODEL, chat_pool
+from testkit.standins import Behaviour, Running, start, transformers_app, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
@@ -31,13 +32,18 @@ WAV = tone_wav(0.2)
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     worker = start(vllm_app(NAMES, Behaviour()))
+    # A chat pool too, so that hostile chat bodies get past "no pool can chat" (refused
+    # before the body is read) to the parser.
+    chat = start(transformers_app(Behaviour(), model=AUDIO_LM_MODEL, family="audio-lm"))
     table = RouteTable(model=NAMES[0], aliases=NAMES[1:], max_upload_bytes=1024 * 1024, pools=[
         PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="b", endpoints=[worker.url]),
+        chat_pool(chat.url),
     ])  # fmt: skip
     fe: Running = start(create_app(Gateway(router=Router(table))))
     yield fe.url
     fe.stop()
     worker.stop()
+    chat.stop()
 
 
 def still_serving(url: str) -> None:

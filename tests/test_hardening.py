@@ -14,8 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testkit.frontend import PRIMARY, WAV, Frontend, assert_still_serving, error, pool
-from testkit.standins import Behaviour, Running
+from testkit.frontend import (
+    AUDIO_LM_MODEL,
+    PRIMARY,
+    WAV,
+    Frontend,
+    assert_still_serving,
+    chat_pool,
+    error,
+    pool,
+)
+from testkit.standins import Behaviour, Running, serve, transformers_app
 from transcription_api.multipart import parse_upload
 from transcription_api.routes import RouteTable
 
@@ -185,7 +194,21 @@ def test_a_key_may_use_only_the_models_it_lists(
         fe.running.stop()
 
 
-def test_chat_json_nested_thousands_deep_is_400(frontend: Frontend) -> None:
+def test_chat_json_nested_thousands_deep_is_400(worker: tuple[Running, Behaviour]) -> None:
+    with serve(transformers_app(Behaviour(), model=AUDIO_LM_MODEL, family="audio-lm")) as chat:
+        table = RouteTable(
+            model=PRIMARY,
+            aliases=["whisper-1"],
+            pools=[pool("batch", [worker[0].url]), chat_pool(chat.url)],
+        )
+        fe = Frontend(table)
+        try:
+            deep_json_is_400(fe)
+        finally:
+            fe.running.stop()
+
+
+def deep_json_is_400(frontend: Frontend) -> None:
     for depth in (40, 10_000, 100_000):
         r = httpx.post(
             f"{frontend.url}/v1/chat/completions",
@@ -215,3 +238,42 @@ def test_an_unknown_route_is_404_without_a_model_code(frontend: Frontend) -> Non
     r = httpx.get(f"{frontend.url}/v1/nope")
     assert r.status_code == 404 and error(r)["code"] == "unknown_url"
     assert error(r)["type"] == "not_found_error"
+
+
+# --------------------------------------------------------------------------- 1: spec.frontend.limits
+
+
+def test_every_limit_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
+    from transcription_api.v1alpha1 import FrontendLimits
+    from transcription_frontend.limits import Limits, limits_of
+    from transcription_frontend.main import parse_args
+    from transcription_operator.children import LIMIT_FLAGS, limit_args
+
+    assert set(LIMIT_FLAGS) == set(FrontendLimits.model_fields)
+    assert limit_args(FrontendLimits()) == []  # defaults: the frontend's own, no flags
+    assert limits_of(parse_args(["--routes", "r.json"])) == Limits()
+    changed = FrontendLimits(
+        max_header_bytes=4096, max_headers=20, header_timeout_seconds=2.5,
+        body_timeout_seconds=7, body_min_bytes_per_second=10, idle_timeout_seconds=9,
+        max_body_bytes=123456, max_concurrency=5, max_connections=50,
+    )  # fmt: skip
+    limits = limits_of(parse_args(["--routes", "r.json", *limit_args(changed)]))
+    assert limits == Limits(4096, 20, 2.5, 7, 10, 9, 123456, 5, 50)
+
+
+# --------------------------------------------------------------------------- 2: chat bodies
+
+
+def test_a_chat_body_is_refused_unread_when_no_pool_can_chat(frontend: Frontend) -> None:
+    """The deployment has a vLLM pool only: the 400 comes before the body is read, so a
+    client that declares 20 MB and sends none of it gets its answer at once."""
+    host, port = frontend.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 20000000\r\n\r\n"
+        )
+        data = s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 400") and b"unsupported_capability" in data
+    assert b"missing capability chat" in data
+    assert_still_serving(frontend)

@@ -440,6 +440,63 @@ class FrontendServiceSpec(_Model):
     )
 
 
+class FrontendLimits(_Model):
+    """Limits per frontend process against clients that would exhaust it (docs/security.md).
+    The frontend's own defaults are these (transcription_frontend/limits.py)."""
+
+    max_header_bytes: int = Field(
+        default=32 * 1024,
+        ge=1024,
+        le=1024**2,
+        description="Bytes of a request's line and headers; more: 431.",
+    )
+    max_headers: int = Field(
+        default=100, ge=8, le=1000, description="Headers per request; more: 431."
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Seconds for a request's headers to arrive whole; then 408.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a request body may send nothing; then 408.",
+    )
+    body_min_bytes_per_second: int = Field(
+        default=1024,
+        ge=0,
+        le=1024**3,
+        description="Bytes/s a body must average once `bodyTimeoutSeconds` have passed "
+        "(a rate, not a total: slow but honest uploads still get through); then 408.",
+    )
+    idle_timeout_seconds: int = Field(
+        default=5,
+        ge=1,
+        le=3600,
+        description="Seconds a connection may idle between requests before it is closed.",
+    )
+    max_body_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Bytes of a whole request body, however it is framed; more: 413. "
+        "Default: `maxUploadBytes` plus 1 MiB.",
+    )
+    max_concurrency: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Requests in flight per frontend replica; more get 503 with Retry-After "
+        "(probes and metrics are exempt).",
+    )
+    max_connections: int = Field(
+        default=2048, ge=1, le=1_000_000,
+        description="Open connections per frontend replica; more get 503.",
+    )  # fmt: skip
+
+
 class FrontendSpec(_Model):
     """The OpenAI-compatible gateway in front of the pools."""
 
@@ -455,12 +512,19 @@ class FrontendSpec(_Model):
     )
     api_key_secret: SecretKeyRef | None = Field(
         default=None,
-        description="Secret key holding accepted API keys, one per line; when set, requests "
-        "need `Authorization: Bearer <key>`.",
+        description="Secret key holding accepted API keys, one per line (blank lines and "
+        "`#` comments ignored; a key may be followed by the models it may use); when set, "
+        "requests need `Authorization: Bearer <key>`, and a Secret without a key keeps the "
+        "frontend not ready (never open).",
     )
     resources: ResourcesSpec = Field(
         default_factory=lambda: ResourcesSpec(cpu="500m", memory="512Mi"),
         description="Resources of each frontend replica.",
+    )
+    limits: FrontendLimits = Field(
+        default_factory=FrontendLimits,
+        description="Limits against hostile clients: header size, count and timeout, body "
+        "timeout and rate, whole body size, requests in flight, connections.",
     )
 
 

@@ -1,7 +1,8 @@
 """The pipeline of `POST /v1/chat/completions`, top to bottom.
 
   1. key        the API key, if keys are configured                       (auth.py)
-  2. body       the JSON body, read within the upload limit (413)
+  2. body       refused unread if no pool can chat (400); else the JSON body, read
+                within the upload limit (413)
   3. request    validated into one typed model; URLs refused              (api chat.py)
   4. model      the name or alias, resolved to the primary model
   5. audio      each input_audio part's container, from its first bytes  (sniff.py)
@@ -48,6 +49,8 @@ async def _pipeline(ex: Exchange) -> None:
     headers = Request(ex.scope).headers
     key = ex.gw.keys.check(headers.get("authorization"))
     table = ex.gw.router.table
+    # No pool can chat: refused before a byte of the body is read (it can be tens of MB).
+    choose_pools(ex.gw.router, frozenset({Capability.CHAT}), 0)
     limit = table.max_upload_bytes
     length = headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:

@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from transcription_api.errors import APIError
+from transcription_api.v1alpha1 import FrontendLimits
 
 from .respond import Reply
 
@@ -48,17 +49,20 @@ log = logging.getLogger("transcription_frontend.limits")
 EXEMPT = frozenset({"/health", "/ready", "/metrics"})
 
 
+_D = FrontendLimits()  # the defaults: the resource's (spec.frontend.limits)
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_header_bytes: int = 32 * 1024  # the request line and all headers
-    max_headers: int = 100
-    header_timeout: float = 10.0  # seconds for a request's headers to arrive whole
-    body_timeout: float = 30.0  # seconds a body may send nothing
-    body_min_rate: int = 1024  # bytes/s averaged over the body, once body_timeout passed
-    idle_timeout: int = 5  # seconds a connection may idle between requests
-    max_body_bytes: int | None = None  # None: the route table's upload limit + 1 MiB
-    max_concurrency: int = 256  # requests in flight per process; more: 503
-    max_connections: int = 2048  # open connections per process; more: uvicorn's 503
+    max_header_bytes: int = _D.max_header_bytes  # the request line and all headers
+    max_headers: int = _D.max_headers
+    header_timeout: float = _D.header_timeout_seconds  # for a request's headers, whole
+    body_timeout: float = _D.body_timeout_seconds  # seconds a body may send nothing
+    body_min_rate: int = _D.body_min_bytes_per_second  # averaged, once body_timeout passed
+    idle_timeout: int = _D.idle_timeout_seconds  # between requests
+    max_body_bytes: int | None = _D.max_body_bytes  # None: the upload limit + 1 MiB
+    max_concurrency: int = _D.max_concurrency  # requests in flight per process; more: 503
+    max_connections: int = _D.max_connections  # open connections; more: uvicorn's 503
 
 
 def _refusal(status: int, message: str, code: str) -> bytes:

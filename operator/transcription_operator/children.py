@@ -16,6 +16,7 @@ from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable
 from transcription_api.v1alpha1 import (
     API_VERSION,
     KIND,
+    FrontendLimits,
     ResourcesSpec,
     TranscriptionDeployment,
     WeightsSource,
@@ -475,6 +476,29 @@ def autoscaled(the_plan: Plan) -> bool:
     return any(p.spec.autoscaling for p in the_plan.pools)
 
 
+LIMIT_FLAGS = {  # spec.frontend.limits -> the frontend's flags (transcription_frontend/limits.py)
+    "max_header_bytes": "--max-header-bytes",
+    "max_headers": "--max-headers",
+    "header_timeout_seconds": "--header-timeout",
+    "body_timeout_seconds": "--body-timeout",
+    "body_min_bytes_per_second": "--body-min-rate",
+    "idle_timeout_seconds": "--idle-timeout",
+    "max_body_bytes": "--max-body-bytes",
+    "max_concurrency": "--max-concurrency",
+    "max_connections": "--max-connections",
+}
+
+
+def limit_args(limits: FrontendLimits) -> list[str]:
+    """The flags of the limits set away from their defaults (the frontend's defaults are
+    the resource's: an unchanged resource keeps its frontend's command line)."""
+    args = []
+    for name, value in limits.model_dump(exclude_defaults=True).items():
+        if value is not None:
+            args += [LIMIT_FLAGS[name], f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
 def frontend_deployment(
     td: TranscriptionDeployment, cfg: OperatorConfig, scaler: bool = False
 ) -> Manifest:
@@ -501,6 +525,7 @@ def frontend_deployment(
         {"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
+    args += limit_args(fe.limits)
     if fe.api_key_secret:
         args += ["--api-keys", f"{API_KEYS_MOUNT}/{fe.api_key_secret.key}"]
         volumes.append(
