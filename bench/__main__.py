@@ -1,4 +1,4 @@
-"""python -m bench [frontend|worker|worker-settings|operator|scale|all] [--quick]"""
+"""python -m bench [frontend|hostile|worker|worker-settings|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ def main() -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["frontend", "worker", "worker-settings", "operator", "scale", "all"],
+        choices=["frontend", "hostile", "worker", "worker-settings", "operator", "scale", "all"],
     )
     p.add_argument("--quick", action="store_true", help="fewer requests/resources (a smoke run)")
     args = p.parse_args()
-    names = ["frontend", "worker", "operator", "scale"] if args.which == "all" else [args.which]
+    names = (
+        ["frontend", "hostile", "worker", "operator", "scale"]
+        if args.which == "all"
+        else [args.which]
+    )
     for name in names:
         module = __import__(f"bench.{name.replace('-', '_')}", fromlist=["run"])
         module.run(quick=args.quick)

@@ -216,7 +216,8 @@ class Guard:
             if done:  # the body is whole: waiting for a disconnect is not reading it
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), limits.body_timeout)
+                async with asyncio.timeout(limits.body_timeout):  # no task per chunk
+                    message = await receive()
             except TimeoutError:
                 raise _slow(f"no byte of the request body for {limits.body_timeout:g}s") from None
             if message["type"] != "http.request":
