@@ -236,7 +236,8 @@ def test_a_hung_worker_times_out_with_504_and_is_not_retried(
         assert r.status_code == 504
         e = error(r)
         assert (e["type"], e["code"]) == ("server_error", "worker_timeout")
-        assert f"worker {hung.url} of pool batch sent nothing for longer than" in e["message"]
+        assert "worker of pool batch sent nothing for longer than" in e["message"]
+        assert hung.url.split("//")[1] not in e["message"]  # addresses go to the log only
         assert hung.connections == 1  # it may still be working on it: not sent twice
     finally:
         hung.stop()

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -277,3 +278,39 @@ def test_a_chat_body_is_refused_unread_when_no_pool_can_chat(frontend: Frontend)
     assert data.startswith(b"HTTP/1.1 400") and b"unsupported_capability" in data
     assert b"missing capability chat" in data
     assert_still_serving(frontend)
+
+
+# --------------------------------------------------------------------------- 6: addresses
+
+
+def test_metrics_name_the_worker_pod_and_errors_name_no_address(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [])])
+    fe = Frontend(table)
+    try:
+        port = int(worker[0].url.rsplit(":", 1)[1])
+        fe.gateway.apply_slice("ADDED", {
+            "metadata": {"name": "svc-batch-x", "labels": {"kubernetes.io/service-name": "svc-batch"}},
+            "ports": [{"name": "http", "port": port}],
+            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True},
+                           "targetRef": {"kind": "Pod", "name": "whisper-batch-7d9f-abcde"}}],
+        })  # fmt: skip
+        deadline = time.monotonic() + 5
+        while fe.post({"model": "whisper-1"}).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        text = httpx.get(f"{fe.url}/metrics").text
+        lines = [
+            x
+            for x in text.splitlines()
+            if x.startswith("transcription_frontend_worker_requests_total{")
+        ]
+        assert any('worker="whisper-batch-7d9f-abcde"' in x for x in lines), lines
+        assert not any(f"127.0.0.1:{port}" in x for x in lines)  # (the registry is global)
+        worker[1].status = 503  # the worker is full: 503, naming the pool, not the address
+        r = fe.post({"model": "whisper-1"})
+        assert r.status_code == 503
+        assert "pool batch" in error(r)["message"] and "127.0.0.1" not in error(r)["message"]
+    finally:
+        fe.running.stop()

@@ -78,6 +78,7 @@ class SliceEndpoint:
     ready: bool  # takes new traffic (false while terminating)
     serving: bool  # still answers: a terminating endpoint finishing its requests
     terminating: bool
+    pod: str | None = None  # the pod behind the address (targetRef), for metrics labels
 
 
 def slice_endpoints(slice_: dict[str, Any], default_port: int) -> list[SliceEndpoint]:
@@ -95,9 +96,11 @@ def slice_endpoints(slice_: dict[str, Any], default_port: int) -> list[SliceEndp
         ready = cond.get("ready") is not False
         serving = ready if cond.get("serving") is None else bool(cond["serving"])
         terminating = cond.get("terminating") is True
+        ref = ep.get("targetRef") or {}
+        pod = ref.get("name") if ref.get("kind", "Pod") == "Pod" else None
         for addr in ep.get("addresses") or []:
             host = f"[{addr}]" if ":" in addr else addr
-            out.append(SliceEndpoint(f"http://{host}:{port}", ready, serving, terminating))
+            out.append(SliceEndpoint(f"http://{host}:{port}", ready, serving, terminating, pod))
     return out
 
 
@@ -143,6 +146,15 @@ class SliceIndex:
         return [e for eps in self._slices.get(service, {}).values() for e in eps]
 
     def refresh(self) -> None:
+        self.router.name_endpoints(
+            {
+                e.url: e.pod
+                for eps in self._slices.values()
+                for s in eps.values()
+                for e in s
+                if e.pod
+            }
+        )
         for pool in self.router.table.pools:
             if pool.service not in self._slices:
                 continue

@@ -25,6 +25,7 @@ benchmark's target is under 2 ms added at p50).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +41,8 @@ from transcription_api.routes import PoolRoute
 from . import metrics
 from .hold import Holdable, Holds
 from .routing import Router
+
+log = logging.getLogger("transcription_frontend.forward")
 
 MAX_ATTEMPTS = 3
 CHUNK = 64 * 1024
@@ -196,9 +199,11 @@ def new_session(timeouts: WorkerTimeouts | None = None) -> aiohttp.ClientSession
 
 
 def worker_timed_out(pool: PoolRoute, url: str) -> APIError:
+    # The worker's address goes to the log only: clients learn the pool, not the pod's IP.
+    log.warning("worker %s of pool %s timed out before answering", url, pool.name)
     return APIError(
         504,
-        f"the {pool.engine.value} worker {url} of pool {pool.name} sent nothing for longer "
+        f"a {pool.engine.value} worker of pool {pool.name} sent nothing for longer "
         "than the frontend's worker read timeout; retry, or split the audio",
         type="server_error",
         code="worker_timeout",
@@ -275,15 +280,16 @@ class Forwarder:
             except CONNECT_ERRORS as e:
                 self.router.failed(url, pool.name)
                 busy = False
+                log.warning("worker %s of pool %s failed before answering: %r", url, pool.name, e)
                 last_error = (
-                    f"worker {url} of pool {pool.name} failed before answering "
-                    f"({e.__class__.__name__})"
+                    f"a worker of pool {pool.name} failed before answering ({e.__class__.__name__})"
                 )
                 continue
             if answer is None:
                 self.router.failed(url, pool.name)
                 busy = True
-                last_error = f"worker {url} of pool {pool.name} is overloaded (503)"
+                log.info("worker %s of pool %s is overloaded (503)", url, pool.name)
+                last_error = f"a worker of pool {pool.name} is overloaded (503)"
                 continue
             self.router.succeeded(url)
             return answer

@@ -57,6 +57,7 @@ class Router:
         self.table = table
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
+        self._pods: dict[str, str] = {}  # endpoint URL -> its pod's name (discovery)
         self._pool_in_flight: dict[str, int] = {}
         self._spilled: dict[str, int] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -71,6 +72,10 @@ class Router:
                 self._set(pool.name, list(pool.endpoints))  # static: in the table's order
             elif pool.name not in self._endpoints:
                 self._set(pool.name, [])
+
+    def name_endpoints(self, pods: dict[str, str]) -> None:
+        """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
+        self._pods = pods
 
     def set_endpoints(self, pool: str, urls: list[str]) -> None:
         """Replace the ready endpoints of a pool (from discovery)."""
@@ -146,7 +151,8 @@ class Router:
         st.last_used = time.monotonic()
         self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         metrics.IN_FLIGHT.labels(pool=pool).inc()
-        metrics.WORKER_REQUESTS.labels(pool=pool, worker=url.split("://")[-1]).inc()
+        worker = self._pods.get(url) or url.split("://")[-1]  # static endpoints: host:port
+        metrics.WORKER_REQUESTS.labels(pool=pool, worker=worker).inc()
 
     def release(self, url: str, pool: str) -> None:
         self._st(url).in_flight -= 1
