@@ -36,7 +36,7 @@ CONNECTIONS = 100
 
 def frontend(port: int, route_file: Path) -> Proc:
     return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file), "--port", str(port),
-                 "--host", "127.0.0.1", "--log-level", "warning", "--scaler-port", "0"],
+                 "--host", "127.0.0.1", "--log-level", "warning", "--scaler-port", "0", "--internal-port", "0"],
                 f"http://127.0.0.1:{port}/health", f"hostile-frontend-{port}")  # fmt: skip
 
 

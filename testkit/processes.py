@@ -47,7 +47,7 @@ def frontend(table: RouteTable, d: Path, args: list[str] | None = None,
     (d / "routes.json").write_text(table.dumps())
     port = free_port()
     proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"),
-                  "--host", "127.0.0.1", "--port", str(port), "--scaler-port", "0",
+                  "--host", "127.0.0.1", "--port", str(port), "--scaler-port", "0", "--internal-port", "0",
                   *(args or [])], d / "frontend.log", f"http://127.0.0.1:{port}{ready}")  # fmt: skip
     return f"http://127.0.0.1:{port}", proc
 

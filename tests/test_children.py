@@ -77,6 +77,7 @@ def test_children_of_a_gpu_pool(vllm_td: TranscriptionDeployment) -> None:
         ("PodDisruptionBudget", "whisper-batch"),
         ("PodDisruptionBudget", "whisper-frontend"),
         ("NetworkPolicy", "whisper-workers"),
+        ("NetworkPolicy", "whisper-frontend-internal"),
     }
     pod = kids[("Deployment", "whisper-batch")]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
@@ -144,6 +145,24 @@ def test_network_policy_admits_only_the_frontend_and_scrapers(
     assert frontend["ports"] == [{"protocol": "TCP", "port": 8000}]
     off = make_td({"model": {"name": "m"}, "networkPolicy": {"enabled": False}})
     assert "NetworkPolicy" not in [m["kind"] for m in build(off, CFG)]
+
+
+def test_the_frontends_internal_ports_admit_only_its_peers_and_keda(
+    vllm_td: TranscriptionDeployment,
+) -> None:
+    np = by_kind_name(build(vllm_td, CFG))[("NetworkPolicy", "whisper-frontend-internal")]
+    frontend = {"app.kubernetes.io/instance": "whisper", "app.kubernetes.io/component": "frontend"}
+    assert np["spec"]["podSelector"]["matchLabels"] == frontend
+    public, internal = np["spec"]["ingress"]
+    assert public == {"ports": [{"protocol": "TCP", "port": 8080}]}  # open to every client
+    assert internal["from"] == [
+        {"podSelector": {"matchLabels": frontend}},
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "keda-operator"}}},
+    ]  # fmt: skip
+    assert internal["ports"] == [
+        {"protocol": "TCP", "port": 9091},
+        {"protocol": "TCP", "port": 9090},
+    ]
 
 
 def test_single_replica_pools_get_no_disruption_budget() -> None:

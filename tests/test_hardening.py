@@ -25,7 +25,7 @@ from testkit.frontend import (
     error,
     pool,
 )
-from testkit.standins import Behaviour, Running, serve, transformers_app
+from testkit.standins import Behaviour, Running, free_port, serve, transformers_app
 from transcription_api.multipart import parse_upload
 from transcription_api.routes import RouteTable
 
@@ -312,5 +312,24 @@ def test_metrics_name_the_worker_pod_and_errors_name_no_address(
         r = fe.post({"model": "whisper-1"})
         assert r.status_code == 503
         assert "pool batch" in error(r)["message"] and "127.0.0.1" not in error(r)["message"]
+    finally:
+        fe.running.stop()
+
+
+def test_the_load_report_is_off_the_public_port_and_peers_read_it_there(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    internal = free_port()
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table, internal_port=internal)
+    try:
+        r = httpx.get(f"{fe.url}/internal/load")
+        assert r.status_code == 404
+        report = httpx.get(f"http://127.0.0.1:{internal}/internal/load").json()
+        assert report["pools"]["batch"]["held"] == 0
+        # Peers are found on the public Service's port: their reports are read on this one.
+        fe.gateway.load.peers.set_urls(["http://10.0.0.7:8080"])
+        assert fe.gateway.load.peers.urls == [f"http://10.0.0.7:{internal}"]
+        assert_still_serving(fe)
     finally:
         fe.running.stop()

@@ -15,7 +15,8 @@ from transcription_api.errors import APIError
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend import routing
-from transcription_frontend.hold import HoldLimits, Holds
+from transcription_frontend.forward import JsonBody
+from transcription_frontend.hold import Holdable, HoldLimits, Holds
 from transcription_frontend.routing import Router
 
 A, B = (PoolRoute(name=n, engine=Engine.VLLM, mode=Mode.CONTINUOUS, service=f"w-{n}") for n in "ab")
@@ -41,7 +42,7 @@ def setup(**limits: Any) -> tuple[Router, Holds]:
 
 
 async def held(
-    holds: Holds, pools: list[PoolRoute], up: Upload | None = None
+    holds: Holds, pools: list[PoolRoute], up: Holdable | None = None
 ) -> asyncio.Task[None]:
     task = asyncio.create_task(holds.wait(pools, up or upload(), holds.deadline()))
     await asyncio.sleep(0.01)
@@ -159,6 +160,22 @@ def test_the_bytes_bound_is_for_all_pools_together() -> None:
         assert holds.bytes == 2000
         for t in (first, second):
             t.cancel()
+
+    run(main())
+
+
+def test_held_chat_bodies_count_against_the_memory_budget_not_the_disk_one() -> None:
+    async def main() -> None:
+        _router, holds = setup(max_bytes=2500, max_memory_bytes=1500)
+        chat = await held(holds, [A], JsonBody(b"x" * 1000))
+        assert (holds.memory, holds.bytes) == (1000, 0)
+        up = await held(holds, [A], upload(2000))  # the disk budget is untouched by chat
+        with pytest.raises(APIError, match="the limit of held chat bodies"):
+            await holds.wait([B], JsonBody(b"x" * 1000), holds.deadline())
+        for t in (chat, up):
+            t.cancel()
+        await asyncio.sleep(0.01)
+        assert (holds.memory, holds.bytes) == (0, 0)
 
     run(main())
 

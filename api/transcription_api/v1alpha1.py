@@ -529,12 +529,14 @@ class FrontendSpec(_Model):
 
 
 class NetworkPolicySpec(_Model):
-    """Who may reach the workers: the deployment's own frontend, and metrics scrapers."""
+    """Who may reach the workers (the deployment's own frontend, and metrics scrapers) and
+    the frontend's internal ports (its peers, and KEDA)."""
 
     enabled: bool = Field(
         default=True,
         description="Create a NetworkPolicy that admits only the frontend (and `metricsFrom`) "
-        "to the worker pods.",
+        "to the worker pods, and one that admits only the frontend's peers (and "
+        "`scalerFrom`) to its internal ports.",
     )
     metrics_from: list[KubeObject] = Field(
         default_factory=lambda: [
@@ -545,6 +547,18 @@ class NetworkPolicySpec(_Model):
         ],
         description="NetworkPolicy peers allowed to scrape worker metrics; default: pods "
         "labelled app.kubernetes.io/name=prometheus in any namespace.",
+    )
+    scaler_from: list[KubeObject] = Field(
+        default_factory=lambda: [
+            {
+                "namespaceSelector": {},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "keda-operator"}},
+            }
+        ],
+        description="NetworkPolicy peers allowed to reach the frontend's internal ports (KEDA's "
+        "external scaler, gRPC) besides the frontend's own replicas; default: KEDA's operator "
+        "(pods labelled app.kubernetes.io/name=keda-operator) in any namespace. The "
+        "client-facing port stays open to all.",
     )
 
 

@@ -87,10 +87,12 @@ def create_app(gateway: Gateway) -> ASGIApp:
             )
         return {"status": "ready"}
 
-    @app.get(load.PATH, include_in_schema=False)
-    async def internal_load() -> load.LoadReport:
-        """This replica's load by pool, for its peers (load.py)."""
-        return gateway.load.local()
+    if gateway.internal_port is None:  # else on its own port, off this one (load.py)
+
+        @app.get(load.PATH, include_in_schema=False)
+        async def internal_load() -> load.LoadReport:
+            """This replica's load by pool, for its peers (load.py)."""
+            return gateway.load.local()
 
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:

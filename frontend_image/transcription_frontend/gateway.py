@@ -19,7 +19,7 @@ from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
 from .forward import Forwarder, WorkerTimeouts, new_session
 from .hold import HoldLimits, Holds
 from .limits import Limits
-from .load import Load
+from .load import Load, serve_internal
 from .routing import Router
 from .scaler import serve_scaler
 
@@ -39,13 +39,15 @@ class Gateway:
     peers_service: str | None = None  # the frontend's own Service (in slice_namespace)
     scaler_port: int | None = None  # KEDA's external scaler (gRPC); None: off
     scaler_host: str = "0.0.0.0"
+    # /internal/load on its own port; None: on the public app (one process, tests)
+    internal_port: int | None = None
     started: int = field(default_factory=lambda: int(time.time()))
     client: aiohttp.ClientSession | None = None
 
     def __post_init__(self) -> None:
         self.keys = ApiKeys(self.api_keys_path)
         self.holds = Holds(self.router, self.hold_limits)
-        self.load = Load(self.router, self.holds)
+        self.load = Load(self.router, self.holds, self.internal_port)
         self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -81,15 +83,19 @@ class Gateway:
         async with new_session(self.worker_timeouts) as client:
             self.client = client
             self.load.peers.client = client
-            scaler = None
+            scaler = internal = None
             try:
                 if self.scaler_port is not None:
                     scaler = await serve_scaler(self.load, self.router, self.scaler_host,
                                                 self.scaler_port)  # fmt: skip
+                if self.internal_port is not None:
+                    internal = await serve_internal(self.load, self.scaler_host, self.internal_port)
                 yield
             finally:
                 if scaler is not None:
                     await scaler.stop(grace=1.0)
+                if internal is not None:
+                    await internal.cleanup()
                 for t in tasks:
                     t.cancel()
                 if watcher:

@@ -9,7 +9,8 @@ A chat request's JSON body (at most the upload limit) stays in memory while held
 Holding is bounded, and past a bound the request gets 503 with `Retry-After`, in OpenAI's
 shape, with a message naming the bound:
 - requests held per pool (`max_requests`),
-- bytes of held uploads, all pools together (`max_bytes`),
+- bytes of held uploads, all pools together (`max_bytes`, on disk), and of held chat
+  bodies (`max_memory_bytes`, in memory),
 - time a request may wait in all (`timeout`), and the shutdown grace period: a frontend
   that is stopping answers what it still holds before it exits.
 
@@ -43,14 +44,19 @@ class Holdable(Protocol):
     @property
     def size(self) -> int: ...
 
+    # True: held in memory (a chat body, parsed), counted against `max_memory_bytes`;
+    # False: spooled to disk (an upload), counted against `max_bytes`.
+    in_memory: bool
+
     def to_disk(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class HoldLimits:
     max_requests: int = 100  # per pool
-    max_bytes: int = 1024**3  # held uploads, all pools together
+    max_bytes: int = 1024**3  # held uploads (on disk), all pools together
     timeout: float = 300.0  # seconds one request may be held, in all
+    max_memory_bytes: int = 64 * 1024**2  # held chat bodies (in memory), all pools together
 
 
 class Holds:
@@ -60,6 +66,7 @@ class Holds:
         self.limits = limits or HoldLimits()
         self.count: dict[str, int] = {}  # held requests by (first) pool
         self.bytes = 0
+        self.memory = 0  # of held chat bodies
         self._waiters: dict[str, set[asyncio.Future[str]]] = {}  # pool -> waiting requests
         self._listeners: list[Callable[[str], None]] = []
         self._drain_at: float | None = None  # loop time by which a stopping gateway answers
@@ -88,7 +95,15 @@ class Holds:
                 "request(s) already wait for one, the limit of held requests per pool; "
                 "retry later",
             )  # fmt: skip
-        if self.bytes + size > self.limits.max_bytes:
+        memory = upload.in_memory
+        if memory and self.memory + size > self.limits.max_memory_bytes:
+            raise self._reject(
+                pool, "memory",
+                f"pool {pool} has no ready worker yet and holding this request would exceed "
+                f"{self.limits.max_memory_bytes} bytes, the limit of held chat bodies (in "
+                "memory); retry later",
+            )  # fmt: skip
+        if not memory and self.bytes + size > self.limits.max_bytes:
             raise self._reject(
                 pool, "bytes",
                 f"pool {pool} has no ready worker yet and holding this upload would exceed "
@@ -102,7 +117,10 @@ class Holds:
         for p in pools:
             self._waiters.setdefault(p.name, set()).add(waiter)
         self.count[pool] = self.held(pool) + 1
-        self.bytes += size
+        if memory:
+            self.memory += size
+        else:
+            self.bytes += size
         metrics.HELD.labels(pool=pool).inc()
         metrics.HELD_BYTES.inc(size)
         started = time.perf_counter()
@@ -117,7 +135,10 @@ class Holds:
             for p in pools:
                 self._waiters.get(p.name, set()).discard(waiter)
             self.count[pool] -= 1
-            self.bytes -= size
+            if memory:
+                self.memory -= size
+            else:
+                self.bytes -= size
             metrics.HELD.labels(pool=pool).dec()
             metrics.HELD_BYTES.dec(size)
             metrics.HOLD_SECONDS.labels(pool=pool).observe(time.perf_counter() - started)

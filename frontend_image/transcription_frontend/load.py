@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import aiohttp
+import aiohttp.web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import metrics
@@ -74,8 +75,9 @@ def total(reports: Iterable[LoadReport], pool: str) -> int:
 class Peers:
     """The other frontend replicas' reports, fetched at most once per `CACHE_SECONDS`."""
 
-    def __init__(self, instance: str) -> None:
+    def __init__(self, instance: str, port: int | None = None) -> None:
         self.instance = instance
+        self.port = port  # peers serve their report on this port (not the public one)
         self.urls: list[str] = []
         self.client: aiohttp.ClientSession | None = None
         self._reports: list[LoadReport] = []
@@ -83,6 +85,8 @@ class Peers:
         self._fetching: asyncio.Task[list[LoadReport]] | None = None
 
     def set_urls(self, urls: list[str]) -> None:
+        if self.port is not None:  # the Service's endpoints are on the public port
+            urls = [u.rsplit(":", 1)[0] + f":{self.port}" for u in urls]
         if urls != self.urls:
             self.urls = urls
             self._fetched = -math.inf
@@ -119,10 +123,10 @@ class Peers:
 class Load:
     """This replica's load, the total over all replicas, and a signal for new demand."""
 
-    def __init__(self, router: Router, holds: Holds) -> None:
+    def __init__(self, router: Router, holds: Holds, internal_port: int | None = None) -> None:
         self.router = router
         self.holds = holds
-        self.peers = Peers(uuid.uuid4().hex)
+        self.peers = Peers(uuid.uuid4().hex, internal_port)
         self._subscribers: set[asyncio.Event] = set()
         holds.on_hold(self._demand)
 
@@ -156,3 +160,21 @@ class Load:
     def _demand(self, pool: str) -> None:
         for event in self._subscribers:
             event.set()
+
+
+async def serve_internal(load: Load, host: str, port: int) -> aiohttp.web.AppRunner:
+    """`GET /internal/load` on its own port, off the client-facing one: only the cluster's
+    own components (the frontend's peers) reach it (the NetworkPolicy says so)."""
+
+    async def report(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.Response(
+            body=load.local().model_dump_json(), content_type="application/json"
+        )
+
+    app = aiohttp.web.Application()
+    app.router.add_get(PATH, report)
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, host, port).start()
+    log.info("internal surface (%s) on %s:%d", PATH, host, port)
+    return runner

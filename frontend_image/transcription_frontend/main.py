@@ -71,6 +71,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="port of KEDA's external scaler (gRPC externalscaler.ExternalScaler); 0: off",
     )
     scale.add_argument(
+        "--internal-port",
+        type=int,
+        default=9091,
+        help="port of /internal/load (each replica's load, for its peers), off the public "
+        "port; 0: served on the public port (one process, development)",
+    )
+    scale.add_argument(
         "--peers-service",
         help="the frontend's own Service: its other endpoints' load is summed into the "
         "scaler's metric (with --discovery kubernetes; else this replica's load is the total)",
@@ -87,6 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=positive_int,
         default=d.max_bytes,
         help="bytes of held uploads (spooled to disk), all pools together; more get 503",
+    )
+    scale.add_argument(
+        "--hold-max-memory-bytes",
+        type=positive_int,
+        default=d.max_memory_bytes,
+        help="bytes of held chat bodies (in memory), all pools together; more get 503",
     )
     scale.add_argument(
         "--hold-timeout",
@@ -153,11 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.discovery == "kubernetes"
         else None,
         kubeconfig=args.kubeconfig,
-        hold_limits=HoldLimits(args.hold_max_requests, args.hold_max_bytes, args.hold_timeout),
+        hold_limits=HoldLimits(
+            args.hold_max_requests,
+            args.hold_max_bytes,
+            args.hold_timeout,
+            max_memory_bytes=args.hold_max_memory_bytes,
+        ),
         worker_timeouts=WorkerTimeouts(args.worker_connect_timeout, args.worker_read_timeout),
         peers_service=args.peers_service,
         scaler_port=args.scaler_port or None,
         scaler_host=args.host,
+        internal_port=args.internal_port or None,
         limits=limits,
     )
     config = uvicorn.Config(

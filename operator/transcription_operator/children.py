@@ -43,6 +43,7 @@ Manifest = dict[str, Any]
 
 FRONTEND_PORT = 8080
 SCALER_PORT = 9090  # the frontend's KEDA external scaler (gRPC)
+INTERNAL_PORT = 9091  # the frontend's /internal/load, for its peers (off the public port)
 ROUTES_MOUNT = "/etc/transcription"
 API_KEYS_MOUNT = "/etc/transcription/api-keys"
 
@@ -398,6 +399,29 @@ def worker_network_policy(td: TranscriptionDeployment) -> Manifest:
     }
 
 
+def frontend_network_policy(td: TranscriptionDeployment) -> Manifest:
+    """The frontend's client-facing port is open to all; its internal ports (/internal/load
+    for its peers, KEDA's external scaler) only to its own replicas and `scalerFrom`."""
+    internal = [
+        {"protocol": "TCP", "port": INTERNAL_PORT},
+        {"protocol": "TCP", "port": SCALER_PORT},
+    ]
+    peers = [{"podSelector": {"matchLabels": selector(td, "frontend")}}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(td, f"{frontend_name(td)}-internal", "frontend"),
+        "spec": {
+            "podSelector": {"matchLabels": selector(td, "frontend")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"protocol": "TCP", "port": FRONTEND_PORT}]},
+                {"from": [*peers, *td.spec.network_policy.scaler_from], "ports": internal},
+            ],
+        },
+    }
+
+
 # --------------------------------------------------------------------------- frontend
 
 
@@ -515,8 +539,10 @@ def frontend_deployment(
     if scaler:
         # KEDA's scaler endpoint; each replica answers with the load of all of them, which
         # it learns from its peers (the pods behind the client-facing Service).
-        args += ["--scaler-port", str(SCALER_PORT), "--peers-service", frontend_service_name(td)]
+        args += ["--scaler-port", str(SCALER_PORT), "--peers-service", frontend_service_name(td),
+                 "--internal-port", str(INTERNAL_PORT)]  # fmt: skip
         ports.append({"name": "scaler", "containerPort": SCALER_PORT, "protocol": "TCP"})
+        ports.append({"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"})
     volumes: list[Any] = [
         {"name": "routes", "configMap": {"name": routes_name(td)}},
         {"name": "tmp", "emptyDir": {}},
@@ -632,4 +658,5 @@ def build(
         out.append(pod_disruption_budget(td, frontend_name(td), "frontend", None))
     if td.spec.network_policy.enabled:
         out.append(worker_network_policy(td))
+        out.append(frontend_network_policy(td))
     return out
