@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.frontend import AUDIO_LM_MODEL, SERVED
+from testkit.frontend import AUDIO_LM_MODEL, PRIMARY, SERVED, Frontend, pool
 from testkit.resources import make_td
 from testkit.standins import Behaviour, Running, serve, transformers_app, vllm_app
+from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
 # The transformers suite needs torch and transformers: it runs in its own environment
@@ -59,3 +60,12 @@ def transformers_worker() -> Iterator[tuple[Running, Behaviour]]:
     b = Behaviour()
     with serve(STANDINS["transformers"](b)) as running:
         yield running, b
+
+
+@pytest.fixture
+def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
+    """The gateway in-process, with one continuous pool `batch` on the module's `worker`."""
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    fe = Frontend(table)
+    yield fe
+    fe.running.stop()

@@ -37,15 +37,6 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend import routing
 
-
-@pytest.fixture
-def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
-    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
-    fe = Frontend(table)
-    yield fe
-    fe.running.stop()
-
-
 # --------------------------------------------------------------------------- formats
 
 

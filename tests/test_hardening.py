@@ -9,7 +9,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -28,14 +28,6 @@ from testkit.frontend import (
 from testkit.standins import Behaviour, Running, free_port, serve, transformers_app
 from transcription_api.multipart import parse_upload
 from transcription_api.routes import RouteTable
-
-
-@pytest.fixture
-def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
-    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
-    fe = Frontend(table)
-    yield fe
-    fe.running.stop()
 
 
 def form(boundary: str = "b", close: bool = True) -> bytes:
