@@ -260,6 +260,11 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     for n, image in enumerate(todo, 1):
         say(f"[{n}/{len(todo)}] building {ref(image)}")
         start = time.monotonic()
+        # A stale archive is never used again: drop it before the build, whose layers,
+        # commit and archive need the room (the transformers image: about 6.7 GB each; a
+        # rebuild ran out of disk with the old archive still there).
+        for old in cache_dir().glob(f"{image.name}-*.tar"):
+            old.unlink()
         with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(cache_dir())) as t:
             tmp = Path(t)
             if image is BASE:
@@ -271,8 +276,6 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
             if image is not BASE:  # the archive is the cache; the builder keeps only FROM
                 buildah("rmi", "--force", ref(image), capture=True)
                 buildah("rmi", "--prune", capture=True, check=False)
-            for old in cache_dir().glob(f"{image.name}-*.tar"):
-                old.unlink()
             part.rename(archive(image))
         say(f"    {image.name} built in {time.monotonic() - start:.0f}s -> {archive(image)}")
     return refs()
