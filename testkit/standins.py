@@ -105,6 +105,7 @@ def _segments_body(body: str) -> str:
     doc = json.loads(body)
     text = " The quick roundfoc stump over the lazy dog. Cuban eat separators reconcile denial to state into running workloads."
     doc["text"] = text
+    doc["duration"] = 6.81675  # the invented segments' clip
     doc["segments"] = [
         {"id": 0, "avg_logprob": -0.2, "compression_ratio": 1.2, "end": 3.2, "no_speech_prob": 0.01,
          "seek": 0, "start": 0.0, "temperature": 0.0, "text": " The quick roundfoc stump over the lazy dog.", "tokens": [1, 2]},

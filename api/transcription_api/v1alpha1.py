@@ -365,8 +365,8 @@ class PoolSpec(_Model):
         default=0,
         ge=0,
         le=256,
-        description="faster-whisper: CPU threads of a replica; 0: its CPU request rounded up, "
-        "or every CPU the container may use.",
+        description="faster-whisper, and vLLM on pools without GPUs: CPU threads of a "
+        "replica; 0: its CPU request rounded up, or every CPU the container may use.",
     )
     max_batch_size: int = Field(
         default=8,
@@ -566,7 +566,10 @@ class ImagesSpec(_Model):
     """Container images; unset ones come from the operator's defaults."""
 
     frontend: str | None = Field(default=None, description="Frontend image.")
-    vllm: str | None = Field(default=None, description="vLLM worker image.")
+    vllm: str | None = Field(default=None, description="vLLM worker image for pools with GPUs.")
+    vllm_cpu: str | None = Field(
+        default=None, description="vLLM worker image for pools without GPUs (vLLM's CPU build)."
+    )
     faster_whisper: str | None = Field(
         default=None, description="faster-whisper worker image for pools without GPUs."
     )

@@ -73,7 +73,9 @@ class WorkerSettings(BaseModel):
     )
     beam_size: int = Field(default=5, ge=1, le=16, description="faster-whisper beam size.")
     vad_filter: bool = Field(default=False, description="faster-whisper: drop non-speech (VAD).")
-    threads: int = Field(default=0, ge=0, description="faster-whisper CPU threads (0: all).")
+    threads: int = Field(
+        default=0, ge=0, description="CPU threads: faster-whisper, vLLM without GPUs (0: all)."
+    )
     max_batch_size: int = Field(
         default=8, ge=1, description="faster-whisper: 30 s windows decoded in one batch."
     )

