@@ -46,4 +46,10 @@ print(f"    torch{torch} and {len(reqs)} other requirements")
 EOF
 echo "==> torch $(cat "$work/constraints.txt" | cut -c6-) from PyPI and the rest of vLLM's requirements"
 $PIP -c "$work/constraints.txt" torch -r "$work/requirements.txt"
+# vLLM's CPU kernels must load: without them the engine's worker fails at start-up.
+if ! err=$($PY -c "import vllm._C" 2>&1); then
+    echo "error: vLLM's CPU kernels (vllm._C) do not load: $err" >&2
+    echo "       libnuma.so.1 missing? Install Debian's/Ubuntu's libnuma1." >&2
+    exit 1
+fi
 $PY -c "import vllm, torch; print('    vllm', vllm.__version__, 'torch', torch.__version__)"
