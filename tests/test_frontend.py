@@ -523,7 +523,10 @@ def test_vllms_recorded_verbose_json_goes_through_as_recorded(frontend: Frontend
     want = [{k: v for k, v in s.items() if v is not None} for s in recorded["segments"]]
     assert [{k: v for k, v in s.items() if k in want[0]} for s in got["segments"]] == want
     srt = frontend.post({"model": "whisper-1", "response_format": "srt"})
-    assert srt.text == "1\n00:00:00,000 --> 00:00:03,660\nspeech recognition turns spoken words into written text.\n"
+    assert (
+        srt.text
+        == "1\n00:00:00,000 --> 00:00:03,660\nspeech recognition turns spoken words into written text.\n"
+    )
 
 
 def test_the_stand_ins_invented_segments_have_vllms_recorded_shape() -> None:

@@ -62,9 +62,13 @@ def test_vllm_images_pin_one_vllm_version() -> None:
     gpu = (ROOT / "worker_image" / "Dockerfile.vllm").read_text()
     cpu = (ROOT / "worker_image" / "Dockerfile.vllm-cpu").read_text()
     [version] = re.findall(r"^FROM vllm/vllm-openai:v([\d.]+)$", gpu, re.M)
-    assert re.search(rf"^ARG BASE_IMAGE=vllm/vllm-openai-cpu:v{re.escape(version)}-x86_64$", cpu, re.M)
+    assert re.search(
+        rf"^ARG BASE_IMAGE=vllm/vllm-openai-cpu:v{re.escape(version)}-x86_64$", cpu, re.M
+    )
     assert re.search(rf"^ARG VLLM_VERSION={re.escape(version)}$", cpu, re.M)
-    assert "install-vllm-cpu.sh" in cpu and (ROOT / "worker_image" / "install-vllm-cpu.sh").is_file()
+    assert (
+        "install-vllm-cpu.sh" in cpu and (ROOT / "worker_image" / "install-vllm-cpu.sh").is_file()
+    )
 
 
 def test_cuda_image_takes_its_base_as_an_argument_and_brings_cublas() -> None:

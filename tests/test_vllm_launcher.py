@@ -215,6 +215,6 @@ def test_an_english_only_checkpoint_without_a_fast_tokenizer_is_a_clear_error(
     src = english_checkpoint(tmp_path / "whisper-tiny.en")
     (src / "tokenizer.json").unlink()
     with pytest.raises(
-        LaunchError, match="without tokenizer.json: vLLM would answer it with empty text"
+        LaunchError, match=r"without tokenizer\.json: vLLM would answer it with empty text"
     ):
         english_only_model(settings(model=str(src), cache_dir=str(tmp_path / "c")))
