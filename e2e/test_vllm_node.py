@@ -189,7 +189,7 @@ def test_openai_client_transcribes_every_kind_of_request_through_the_service(
 def test_the_founding_case_word_timestamps_go_to_faster_whisper_the_rest_to_vllm(
     kubectl: Kubectl, namespace: str, speech: dict[str, Path]
 ) -> None:
-    td = td_get(kubectl, NAME, namespace)
+    td = td_get(kubectl, namespace, NAME)
     assert AUTO in {p["name"] for p in td["status"]["pools"]}, td["status"]
     c = client(service_url(kubectl, namespace))
     sentence, wav = next(iter(speech.items()))
