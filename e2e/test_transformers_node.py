@@ -73,18 +73,12 @@ def namespace(
 
 
 def worker_pod(kubectl: Kubectl, ns: str, pool: str) -> dict[str, Any]:
-    pods = kubectl.json(
-        "get", "pods", "-n", ns, "-l",
-        f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker,"
-        f"transcription.dev/pool={pool}",
-    )["items"]  # fmt: skip
-    [pod] = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    return pod  # type: ignore[no-any-return]
+    [pod] = kubectl.pods(ns, NAME, "worker", pool)
+    return pod
 
 
 def service_url(kubectl: Kubectl, ns: str) -> str:
-    svc = kubectl.json("get", "service", NAME, "-n", ns)
-    return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+    return kubectl.service_url(ns, NAME)
 
 
 @pytest.mark.parametrize("pool", POOLS)

@@ -99,17 +99,11 @@ def namespace(
 
 
 def pods(kubectl: Kubectl, ns: str, pool: str) -> list[dict[str, Any]]:
-    items = kubectl.json(
-        "get", "pods", "-n", ns, "-l",
-        f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=worker,"
-        f"transcription.dev/pool={pool}",
-    )["items"]  # fmt: skip
-    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    return kubectl.pods(ns, NAME, "worker", pool)
 
 
 def service_url(kubectl: Kubectl, ns: str) -> str:
-    svc = kubectl.json("get", "service", NAME, "-n", ns)
-    return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+    return kubectl.service_url(ns, NAME)
 
 
 def logs(kubectl: Kubectl, ns: str, pod: dict[str, Any]) -> str:

@@ -51,13 +51,23 @@ class Kubectl:
         ns = ["-n", namespace] if namespace else []
         return self("apply", *ns, "-f", "-", input=text)
 
-    def pods(self, namespace: str, instance: str, component: str) -> list[dict[str, Any]]:
-        """The pods of one component of a resource, less those being deleted."""
-        items: list[dict[str, Any]] = self.json(
-            "get", "pods", "-n", namespace,
-            "-l", f"app.kubernetes.io/instance={instance},app.kubernetes.io/component={component}",
-        )["items"]  # fmt: skip
+    def pods(
+        self, namespace: str, instance: str, component: str, pool: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The pods of one component of a resource (of one pool, for workers), less those
+        being deleted."""
+        selector = f"app.kubernetes.io/instance={instance},app.kubernetes.io/component={component}"
+        if pool:
+            selector += f",transcription.dev/pool={pool}"
+        items: list[dict[str, Any]] = self.json("get", "pods", "-n", namespace, "-l", selector)[
+            "items"
+        ]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def service_url(self, namespace: str, name: str) -> str:
+        """The ClusterIP URL of a Service's first port."""
+        svc = self.json("get", "service", name, "-n", namespace)
+        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
 
 
 def helm(
