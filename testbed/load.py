@@ -103,7 +103,22 @@ class Load:
                 if sum(o.ok for o in self.outcomes) >= n:
                     return
             time.sleep(0.2)
-        raise AssertionError(f"fewer than {n} successful requests within {timeout:.0f}s")
+        with self._lock:
+            outcomes = list(self.outcomes)
+        raise AssertionError(
+            f"fewer than {n} successful requests within {timeout:.0f}s: {summarize(outcomes)}"
+        )
+
+
+def summarize(outcomes: list[Outcome], examples: int = 3) -> str:
+    """What the requests so far got, for a failure message: how many of each status (0: no
+    answer), and the first errors."""
+    counts: dict[int, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    shown = ", ".join(f"{n} x {status}" for status, n in sorted(counts.items())) or "none"
+    errors = [f"{o.status}: {o.error}" for o in outcomes if o.error][:examples]
+    return f"{len(outcomes)} answered ({shown})" + (f"; first errors: {errors}" if errors else "")
 
 
 def _json_error(body: str) -> str:
