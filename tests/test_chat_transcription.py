@@ -136,8 +136,11 @@ def test_the_chat_endpoint_still_chats(fe: Frontend) -> None:
          "missing capability segment_timestamps"),
         ({"model": "qwen", "timestamp_granularities[]": "word", "response_format": "verbose_json"},
          400, "unsupported_capability", "word_timestamps"),
-        ({"model": "qwen", "chunking_strategy": "auto"}, 400, "unsupported_field",
-         "does not accept the field(s) `chunking_strategy`"),
+        ({"model": "qwen", "seed": "7"}, 400, "unsupported_field",
+         "does not accept the field(s) `seed`"),
+        # OpenAI's fields no engine honours: refused by the gateway (fields.py).
+        ({"model": "qwen", "chunking_strategy": "auto"}, 400, "unsupported_capability",
+         "`chunking_strategy` is not supported: it needs the capability chunking"),
     ],
 )  # fmt: skip
 def test_what_it_cannot_honour_is_a_clear_400(

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import APIError, bad_request
+from .fields import refusal
 from .openai import ResponseFormat, TranscriptionRequest
 
 GRANULARITIES = "timestamp_granularities[]"
@@ -32,7 +33,10 @@ def flag(value: str | None) -> bool:
 
 
 def parse_request(fields: Sequence[tuple[str, str]]) -> TranscriptionRequest:
-    """The request's options, validated; raises APIError(400) naming the bad field."""
+    """The request's options, validated; raises APIError(400) naming the bad field, or a
+    field of OpenAI's that no engine here can honour (fields.py)."""
+    if error := refusal(fields):
+        raise error
     raw: dict[str, Any] = {}
     for name in _SCALARS:
         value = field(fields, name)
