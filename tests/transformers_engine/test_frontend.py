@@ -297,9 +297,13 @@ def test_fields_it_refuses_are_a_400_not_its_422(whisper_deployment: Any, wav: P
     assert r.json()["error"]["message"].startswith(
         "the transformers engine of pool seq does not accept the field(s) `seed`"
     )
-    # The SDK's `include[]` is renamed, the rest passes (and is ignored by the engine).
+    # The SDK's `include[]`, which transformers accepts and ignores, is refused by name
+    # (api/transcription_api/fields.py: no engine here returns logprobs yet); the rest passes.
+    with pytest.raises(openai.BadRequestError, match="capability logprobs"):
+        client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav.read_bytes()),
+                                           include=["logprobs"])  # fmt: skip
     t = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav.read_bytes()),
-                                           include=["logprobs"], language="en", prompt="Hi.")  # fmt: skip
+                                           language="en", prompt="Hi.")  # fmt: skip
     assert wer(SENTENCES[1], t.text) == 0
 
 
