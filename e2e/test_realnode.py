@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 import testbed.cluster
@@ -29,7 +30,7 @@ from testbed import images
 from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import wer
-from testkit.transcripts import report, transcribe_all
+from testkit.transcripts import billed, client, report, transcribe, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
@@ -211,15 +212,55 @@ def test_openai_client_transcribes_through_port_forward(
     report("port-forward", transcribe_all(port_forward, speech))
 
 
-def frontend_metrics(stack: Stack) -> dict[str, float]:
+def frontend_metrics(
+    stack: Stack, name: str = "transcription_frontend_worker_requests_total"
+) -> dict[str, float]:
+    """One metric's series, summed over the frontend pods."""
     out: dict[str, float] = {}
     for pod in stack.pods("frontend"):
         text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
         for line in text.splitlines():
-            if line.startswith("transcription_frontend_worker_requests_total{"):
+            if line.startswith(name + "{"):
                 key, _, value = line.rpartition(" ")
                 out[key] = out.get(key, 0.0) + float(value)
     return out
+
+
+def test_the_seconds_of_audio_are_the_usage_and_are_metered(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    """The faster-whisper worker's json, verbose_json and stream all report the audio's
+    seconds, and the frontends count them per model (no API keys here: key="none")."""
+    metric = "transcription_frontend_audio_seconds_total"
+    before = sum(frontend_metrics(stack, metric).values())
+    c = client(stack.service_url())
+    wavs = list(speech.values())[:2]
+    for wav in wavs:
+        for fmt in ("json", "verbose_json"):
+            transcribe(c, wav, fmt)  # each checks its usage
+    after = frontend_metrics(stack, metric)
+    model = resource()["spec"]["model"]["name"]
+    assert after and all(f'model="{model}"' in k and 'key="none"' in k for k in after), after
+    assert sum(after.values()) - before == 2 * sum(billed(w) for w in wavs), after
+
+
+def test_languages_name_the_audios_language_and_refuse_what_tiny_en_cannot_produce(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    c = client(stack.service_url())
+    sentence, wav = next(iter(speech.items()))
+    with wav.open("rb") as f:
+        out = c.audio.transcriptions.create(
+            model="whisper-1", file=f, extra_body={"languages": ["en"]}
+        )
+    assert out.languages is not None and [lang.code for lang in out.languages] == ["en"]
+    assert wer(sentence, out.text) <= 0.25, out.text
+    for languages in (["de"], ["en", "de"]):
+        with wav.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+            c.audio.transcriptions.create(
+                model="whisper-1", file=f, extra_body={"languages": languages}
+            )
+        assert "English-only" in str(e.value) and "de" in str(e.value), e.value
 
 
 def test_scaling_the_pool_spreads_requests_over_both_pods(

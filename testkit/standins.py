@@ -263,8 +263,11 @@ def _unexpected(fields: set[str]) -> Response:
                     headers={"content-type": ctype})  # fmt: skip
 
 
+TRANSFORMERS_WHISPER = "/models/whisper-tiny.en"  # the model the stand-in has loaded
+
+
 def transformers_app(
-    behaviour: Behaviour | None = None, model: str = "/models/whisper-tiny.en",
+    behaviour: Behaviour | None = None, model: str = TRANSFORMERS_WHISPER,
     family: str = "whisper",
 ) -> Starlette:  # fmt: skip
     """A stand-in for `transformers serve <model>`: a Whisper model (`family="whisper"`:

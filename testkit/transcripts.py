@@ -3,7 +3,9 @@ print."""
 
 from __future__ import annotations
 
+import math
 import re
+import wave
 from pathlib import Path
 from typing import Literal
 
@@ -23,11 +25,26 @@ FORMATS: tuple[Format, ...] = ("json", "text", "srt", "vtt", "verbose_json")
 CUE_LINES = re.compile(r"(?m)^(\d+|WEBVTT|.*-->.*)$")
 
 
+def billed(wav: Path) -> int:
+    """The whole seconds a WAV file's answer must report as its usage."""
+    with wave.open(str(wav)) as w:
+        frames, rate = int(w.getnframes()), int(w.getframerate())
+    return math.ceil(frames / rate)
+
+
+def check_usage(usage: object, wav: Path) -> None:
+    """A duration-billed model's usage: the audio's seconds, rounded up (issue 22)."""
+    seen = getattr(usage, "model_dump", lambda **_: usage)(exclude_none=True)
+    assert seen == {"type": "duration", "seconds": billed(wav)}, seen
+
+
 def transcribe(c: openai.OpenAI, wav: Path, fmt: Format) -> str:
     """One transcription in `fmt`, as plain words (srt/vtt: the cues' text, which must have
-    timings)."""
+    timings); json and verbose_json must carry the audio's seconds as their usage."""
     with wav.open("rb") as f:
         out = c.audio.transcriptions.create(model="whisper-1", file=f, response_format=fmt)
+    if not isinstance(out, str):
+        check_usage(out.usage, wav)
     text = out if isinstance(out, str) else out.text
     if fmt in ("srt", "vtt"):
         assert "-->" in text, text
@@ -56,6 +73,7 @@ def stream_wer(c: openai.OpenAI, speech: dict[str, Path]) -> dict[str, float]:
     done = events[-1]
     assert isinstance(done, TranscriptionTextDoneEvent), kinds
     assert "transcript.text.delta" in kinds, kinds
+    check_usage(done.usage, wav)
     return {f"stream: {sentence}": wer(sentence, done.text)}
 
 

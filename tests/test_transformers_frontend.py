@@ -16,6 +16,7 @@ from testkit.audio import convert, speak, tone_wav
 from testkit.frontend import PRIMARY, SERVED, Frontend, error, pool
 from testkit.standins import (
     TRANSFORMERS,
+    TRANSFORMERS_WHISPER,
     VLLM,
     Behaviour,
     Running,
@@ -27,7 +28,7 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.adapters import adapter
 
-WORKER_MODEL = "/models/whisper-tiny.en"
+WORKER_MODEL = TRANSFORMERS_WHISPER
 
 pytestmark = pytest.mark.standin("transformers")
 TEXT = json.loads(recording(TRANSFORMERS, "json")[2])["text"]

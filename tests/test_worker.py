@@ -17,11 +17,13 @@ import pytest
 
 from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
 from testkit.standins import Running, start
+from transcription_api.errors import APIError
+from transcription_api.params import parse_request
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
 from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
-from transcription_worker.server import WorkerConfig, create_app
+from transcription_worker.server import WorkerConfig, create_app, options
 
 NAMES = ["whisper-tiny.en", "whisper-1"]
 MAX_WER = 0.25  # tiny.en gets ~0-5% on these sentences; margin for codecs and noise
@@ -154,6 +156,8 @@ BAD = [
     ({"model": "whisper-1", "temperature": "hot"}, "wav", 400, "temperature must be a number between 0 and 1, got 'hot'"),
     ({"model": "whisper-1", "temperature": "3"}, "wav", 400, "temperature must be a number between 0 and 1, got '3'"),
     ({"model": "whisper-1", "language": "de"}, "wav", 400, "this model is English-only"),
+    ({"model": "whisper-1", "languages[]": ["en", "de"]}, "wav", 400, "this model is English-only; language 'de'"),
+    ({"model": "whisper-1", "languages[]": ["xx", "yy"]}, "wav", 400, "this model is English-only; language 'xx'"),
     ({"model": "whisper-1", "response_format": "docx"}, "wav", 400, "response_format must be one of"),
     ({"model": "whisper-1", "stream": "true", "response_format": "srt"}, "wav", 400, "stream=true is supported with response_format json or text, not srt"),
     ({"model": "whisper-1"}, b"RIFF" + b"\x00" * (9 * 1024 * 1024), 413, "File too large: the upload limit is 8388608 bytes"),
@@ -177,6 +181,23 @@ def test_bad_input_then_normal_service(worker: Running, clips: dict[str, Path], 
     assert set(err) == {"message", "type", "param", "code"}
     assert err["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
     assert wer(sentence, post(worker, wav).json()["text"]) <= MAX_WER
+
+
+def test_languages_are_named_in_the_answer(worker: Running, clips: dict[str, Path]) -> None:
+    sentence, wav = next(iter(clips.items()))
+    r = post(worker, wav, fields={"model": "whisper-1", "languages[]": "en"})
+    assert r.status_code == 200, r.text
+    assert r.json()["languages"] == [{"code": "en"}] and wer(sentence, r.json()["text"]) <= MAX_WER
+    assert "languages" not in post(worker, wav).json()  # unasked, answers are as they were
+
+
+def test_several_languages_restrict_a_multilingual_models_detection() -> None:
+    request = parse_request([("languages[]", "de"), ("languages[]", "fr")])
+    assert options(request, "transcribe", multilingual=True).languages == ("de", "fr")
+    one = options(parse_request([("languages[]", "de")]), "transcribe", multilingual=True)
+    assert (one.language, one.languages) == ("de", ())
+    with pytest.raises(APIError, match="Unsupported language: 'xx'"):
+        options(parse_request([("languages[]", "de"), ("languages[]", "xx")]), "transcribe", True)
 
 
 def test_audio_over_the_duration_limit(worker: Running) -> None:

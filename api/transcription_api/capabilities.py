@@ -55,6 +55,11 @@ class Capability(StrEnum):
     SEGMENT_TIMESTAMPS = "segment_timestamps"
     WORD_TIMESTAMPS = "word_timestamps"
     LANGUAGE_DETECTION = "language_detection"
+    # Detection among the languages a request names (`languages[]` with several).
+    RESTRICTED_LANGUAGE_DETECTION = "restricted_language_detection"
+    # The engine decodes after a prompt (`prompt`, `keywords[]`): Whisper on vLLM and
+    # faster-whisper; transformers serve accepts a prompt and ignores it.
+    KEYWORDS = "keywords"
 
 
 class CapabilitySet(BaseModel):
@@ -117,9 +122,16 @@ def request_needs(
     stream: bool = False,
     response_format: ResponseFormat = ResponseFormat.JSON,
     granularities: Iterable[Granularity] = (),
+    languages: int = 0,
+    keywords: bool = False,
 ) -> frozenset[Capability]:
-    """What a (valid) request needs from the pool that serves it."""
+    """What a (valid) request needs from the pool that serves it (`languages`: how many
+    languages[] it names)."""
     needs = {endpoint}
+    if keywords:
+        needs.add(Capability.KEYWORDS)
+    if languages > 1:
+        needs.add(Capability.RESTRICTED_LANGUAGE_DETECTION)
     if stream:
         needs.add(Capability.STREAM)
     if response_format in SEGMENT_FORMATS:

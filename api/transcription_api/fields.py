@@ -48,8 +48,14 @@ FIELDS: dict[str, Decision] = {
     "stream": honoured("the gateway: OpenAI's transcript.text events"),
     "chunking_strategy": refused("chunking (server-side VAD chunking of long audio)"),
     "include[]": refused("logprobs (token log-probabilities)"),
-    "keywords[]": refused("keywords (recognition biased towards given words)"),
-    "languages[]": refused("languages (language detection restricted to a set)"),
+    "keywords[]": honoured(
+        "the engine's prompt: the words after the client's prompt (faster-whisper's hotwords "
+        "are the same tokens), on pools with capability keywords (vLLM, faster-whisper)"
+    ),
+    "languages[]": honoured(
+        "one: as `language`; several: the engine's language detection, restricted to them "
+        "(capability restricted_language_detection: faster-whisper); answers list the language"
+    ),
     "known_speaker_names[]": refused("diarization"),
     "known_speaker_references[]": refused("diarization"),
 }

@@ -56,6 +56,17 @@ class TranscriptionRequest(BaseModel):
     stream: bool = Field(
         default=False, description="Send the transcript as server-sent events (json or text)."
     )
+    languages: list[str] = Field(
+        default_factory=list,
+        alias="languages[]",
+        description="ISO-639-1 languages the audio may be in: one acts as `language`; "
+        "several restrict language detection to them (faster-whisper pools).",
+    )
+    keywords: list[str] = Field(
+        default_factory=list,
+        alias="keywords[]",
+        description="Words to recognise more readily (names, terms); they join `prompt`.",
+    )
 
 
 class ErrorDetail(BaseModel):
@@ -93,11 +104,18 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
 
 
+class Language(BaseModel):
+    """A language the answer names (OpenAI's `languages: [{"code"}]`)."""
+
+    code: str
+
+
 class Transcription(BaseModel):
     """`response_format=json`."""
 
     text: str
     usage: DurationUsage | TokenUsage | None = None
+    languages: list[Language] | None = None
 
 
 class Word(BaseModel):
@@ -166,12 +184,14 @@ class TextDelta(BaseModel):
 
 
 class TextDone(BaseModel):
-    """OpenAI stream event: the whole transcript, last."""
+    """OpenAI stream event: the whole transcript, last. Its usage is the audio's seconds
+    where the gateway knows them (a duration-billed model), else the engine's tokens."""
 
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
     logprobs: list[Any] | None = None
-    usage: TokenUsage | None = None
+    usage: DurationUsage | TokenUsage | None = None
+    languages: list[Language] | None = None
 
 
 class ChunkDelta(BaseModel):

@@ -18,6 +18,11 @@ from .fields import refusal
 from .openai import ResponseFormat, TranscriptionRequest
 
 GRANULARITIES = "timestamp_granularities[]"
+LANGUAGES = "languages[]"
+KEYWORDS = "keywords[]"
+# Whisper reads at most 223 prompt tokens (half its 448-token context), the last ones kept:
+# about 800 characters of English.
+MAX_KEYWORD_CHARS = 800
 STREAMABLE = (ResponseFormat.JSON, ResponseFormat.TEXT)
 _SCALARS = ("model", "language", "prompt", "response_format", "temperature", "stream")
 
@@ -52,18 +57,59 @@ def parse_request(fields: Sequence[tuple[str, str]]) -> TranscriptionRequest:
             raise bad_request(f"stream must be true or false, got {raw['stream']!r}", "stream")
         raw["stream"] = value in ("true", "1")
     if raw.get("language") is not None:
-        lang = raw["language"].strip().lower()
-        if not (2 <= len(lang) <= 3 and lang.isalpha()):
+        raw["language"] = _code(raw["language"], "language")
+    languages = [_code(v, LANGUAGES) for k, v in fields if k in (LANGUAGES, "languages")]
+    if languages:
+        raw[LANGUAGES] = list(dict.fromkeys(languages))  # in order, each once
+        if len(raw[LANGUAGES]) == 1:  # one language: the audio's language
+            if raw.get("language") not in (None, languages[0]):
+                raise bad_request(
+                    f"language={raw['language']} and languages[]={languages[0]} disagree: "
+                    "send one of them",
+                    "language",
+                )
+            raw["language"] = languages[0]
+        elif raw.get("language") is not None:
             raise bad_request(
-                f"language must be an ISO-639-1 code such as 'en' or 'de', got {raw['language']!r}",
+                "send either language (the audio's language) or several languages[] (the "
+                "languages it may be in), not both",
                 "language",
             )
-        raw["language"] = lang
+    keywords = [v for k, v in fields if k in (KEYWORDS, "keywords")]
+    if keywords:
+        raw["prompt"] = keyword_prompt(raw.get("prompt"), keywords)
+        raw[KEYWORDS] = keywords
     try:
         request = TranscriptionRequest.model_validate(raw)
     except ValidationError as e:
         raise _message(e, raw) from e
     return _check_combination(request)
+
+
+def keyword_prompt(prompt: str | None, keywords: Sequence[str]) -> str:
+    """The prompt that biases recognition towards `keywords`: the client's prompt, then the
+    words, as Whisper reads a prompt (the transcript before the audio; faster-whisper's
+    `hotwords` are the same tokens). 400 for an empty keyword or too many."""
+    words = [" ".join(k.split()) for k in keywords]
+    if not all(words):
+        raise bad_request("keywords[] must not be empty or blank", KEYWORDS)
+    listed = ", ".join(dict.fromkeys(words)) + "."
+    if len(listed) > MAX_KEYWORD_CHARS:
+        raise bad_request(
+            f"keywords[] are {len(listed)} characters together; the model reads at most about "
+            f"{MAX_KEYWORD_CHARS} (223 tokens): send fewer",
+            KEYWORDS,
+        )
+    return f"{prompt.strip()} {listed}" if prompt and prompt.strip() else listed
+
+
+def _code(value: str, param: str) -> str:
+    code = value.strip().lower()
+    if not (2 <= len(code) <= 3 and code.isalpha()):
+        raise bad_request(
+            f"{param} must be an ISO-639-1 code such as 'en' or 'de', got {value!r}", param
+        )
+    return code
 
 
 def _message(e: ValidationError, raw: dict[str, Any]) -> APIError:

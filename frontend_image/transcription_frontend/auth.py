@@ -16,6 +16,7 @@ has keys. Once keys were read, a failed re-read (the Secret being swapped) keeps
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import re
@@ -33,6 +34,11 @@ BOM = "\ufeff"
 class Key:
     secret: bytes
     models: frozenset[str] | None  # None: every model
+
+    @property
+    def label(self) -> str:
+        """How metrics name the key without giving it away: its SHA-256's first 8 hex digits."""
+        return hashlib.sha256(self.secret).hexdigest()[:8]
 
 
 def parse_keys(text: str) -> list[Key]:

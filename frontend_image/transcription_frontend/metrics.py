@@ -21,6 +21,15 @@ DURATION = Histogram(
     ["model", "endpoint", "pool"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
+AUDIO_SECONDS = Counter(
+    "transcription_frontend_audio_seconds_total",
+    "Seconds of audio transcribed or translated (answered 200), by primary model and API "
+    "key: the seconds each answer's usage reports, for metering. `key` is the first 8 hex "
+    'digits of the key\'s SHA-256 (`printf %s "$KEY" | sha256sum | cut -c1-8`), `none` '
+    "when the gateway has no keys. Audio whose length neither the engine nor the upload's "
+    "header tells (a stream of MP4/M4A, WebM or ASF audio) is not counted.",
+    ["model", "key"],
+)
 UPLOAD_BYTES = Histogram(
     "transcription_frontend_upload_bytes",
     "Size of uploaded audio files.",
@@ -103,6 +112,8 @@ class Observation:
     model: str = "unknown"  # the primary name, once the model is resolved
     pool: str = "none"  # until a pool's worker answers
     status: int = 500
+    key: str = "none"  # the API key's label (auth.Key.label), once checked
+    audio_seconds: int | None = None  # the answer's billed seconds, once it has been sent
     started: float = field(default_factory=time.perf_counter)
 
     def upload(self, size: int) -> None:
@@ -113,3 +124,5 @@ class Observation:
         count, duration = _children(self.model, self.endpoint, self.status, self.pool)
         count.inc()
         duration.observe(time.perf_counter() - self.started)
+        if self.status == 200 and self.audio_seconds:
+            AUDIO_SECONDS.labels(model=self.model, key=self.key).inc(self.audio_seconds)

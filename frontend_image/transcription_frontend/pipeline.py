@@ -98,6 +98,8 @@ class Exchange:
             await reply.send(self.send)
             if isinstance(reply.stream, EventStream) and reply.stream.error:
                 self.obs.status = reply.stream.error.status
+            else:
+                self.obs.audio_seconds = reply.seconds
 
 
 async def run(
@@ -133,6 +135,8 @@ async def run(
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     headers = Request(ex.scope).headers
     key = ex.gw.keys.check(headers.get("authorization"))
+    if key is not None:
+        ex.obs.key = key.label
     table = ex.gw.router.table
     limit = table.max_upload_bytes
     check_length(headers.get("content-length"), limit)
@@ -149,6 +153,8 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             stream=request.stream,
             response_format=request.response_format,
             granularities=request.timestamp_granularities,
+            languages=len(request.languages),
+            keywords=bool(request.keywords),
         )
         pools = choose_pools(ex.gw.router, needs, upload.size)
         adapters = able(
@@ -159,7 +165,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             lambda a: a.transcription_request(endpoint, upload, audio, primary, request),
             upload,
             request.stream,
-            lambda a, answer: a.transcription_reply(answer, request),
+            lambda a, answer: a.transcription_reply(answer, request, audio),
         )
 
 

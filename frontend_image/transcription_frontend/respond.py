@@ -33,6 +33,7 @@ class Reply:
     body: bytes = b""
     stream: AsyncIterable[bytes] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    seconds: int | None = None  # the audio seconds a transcription is billed for (metering)
 
     @classmethod
     def error(cls, e: APIError) -> Reply:

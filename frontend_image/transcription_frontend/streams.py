@@ -11,7 +11,7 @@ reports an error, the connection drops, the stream stops before the engine said 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +21,8 @@ from transcription_api.engines import StreamDialect
 from transcription_api.errors import APIError
 from transcription_api.openai import (
     ChatChunk,
+    DurationUsage,
+    Language,
     TextDelta,
     TextDone,
     TokenUsage,
@@ -86,10 +88,13 @@ class Translation(EventStream):
     """The OpenAI event stream of one engine's transcription stream, read in its dialect."""
 
     def __init__(
-        self, chunks: AsyncIterator[bytes], pool: PoolRoute, dialect: StreamDialect
-    ) -> None:
+        self, chunks: AsyncIterator[bytes], pool: PoolRoute, dialect: StreamDialect,
+        seconds: int | None = None, languages: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         super().__init__(chunks, pool)
         self.dialect = dialect
+        self.seconds = seconds  # the audio's billed seconds: the done event's usage
+        self.languages = [Language(code=c) for c in languages]  # the done event's languages
 
     async def _events(self) -> AsyncIterator[bytes]:
         raw_text = self.dialect == StreamDialect.RAW_TEXT
@@ -98,7 +103,9 @@ class Translation(EventStream):
         chat = self.dialect == StreamDialect.CHAT_CHUNK
         chunk_model = ChatChunk if chat else TranscriptionChunk
         text: list[str] = []
-        usage: TokenUsage | None = None
+        usage: DurationUsage | TokenUsage | None = None
+        if self.seconds is not None:
+            usage = DurationUsage(seconds=self.seconds)
         finished = raw_text  # bare-text streams end without [DONE]
         async for payload in sse.payloads(self.chunks):
             if payload.strip() == "[DONE]":
@@ -122,7 +129,7 @@ class Translation(EventStream):
                 except ValidationError:
                     continue
                 finished = finished or (chat and any(c.finish_reason for c in chunk.choices))
-                if chunk.usage:
+                if chunk.usage and self.seconds is None:
                     u = chunk.usage
                     usage = TokenUsage(
                         input_tokens=u.prompt_tokens,
@@ -136,7 +143,8 @@ class Translation(EventStream):
         if not finished:
             self.error = worker_failed(self.pool, "its stream ended before the transcript did")
             return
-        yield sse.encode(TextDone(text="".join(text), usage=usage))
+        done = TextDone(text="".join(text), usage=usage, languages=self.languages or None)
+        yield sse.encode(done)
 
 
 class ChatStream(EventStream):

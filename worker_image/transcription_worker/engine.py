@@ -60,6 +60,7 @@ class Options:
 
     task: str = "transcribe"  # or "translate"
     language: str | None = None
+    languages: tuple[str, ...] = ()  # no language given: detect among these (all if empty)
     prompt: str | None = None
     temperature: float = 0.0
     words: bool = False
@@ -225,7 +226,7 @@ class Transcriber:
         if undetected:
             detected = m.model.detect_language(encoded)
             for i in undetected:
-                batch[i].language = detected[i][0][0][2:-2]  # "<|de|>" -> "de"
+                batch[i].language = likeliest(detected[i], batch[i].options.languages)
         tokenizers = [self._tokenizer(w.options.task, w.language or "en") for w in batch]
         prompts = [
             m.get_prompt(tok, w.previous_tokens) for w, tok in zip(batch, tokenizers, strict=True)
@@ -499,3 +500,10 @@ class _Aligned:
 
     def find_alignment(self, *_: Any) -> list[Any]:
         return [self.alignment]
+
+
+def likeliest(detected: list[tuple[str, float]], allowed: tuple[str, ...]) -> str:
+    """The likeliest language of CTranslate2's detection (every language token with its
+    probability, likeliest first) among `allowed` (any, if empty): "<|de|>" -> "de"."""
+    codes = [token[2:-2] for token, _ in detected]
+    return next((c for c in codes if not allowed or c in allowed), allowed[0] if allowed else "en")

@@ -30,6 +30,7 @@ from transcription_api.openai import (
     ChunkDelta,
     ChunkUsage,
     DurationUsage,
+    Language,
     ModelCard,
     ModelList,
     ResponseFormat,
@@ -77,20 +78,26 @@ async def read_form(request: Request, cfg: WorkerConfig) -> Upload:
 
 
 def options(request: TranscriptionRequest, task: str, multilingual: bool) -> Options:
-    """The engine's options; refuses languages this model does not know."""
+    """The engine's options; refuses languages this model does not know. Several
+    `languages[]` restrict its language detection to them."""
     language = request.language
-    if language and not multilingual and language != "en":
-        raise bad_request(
-            f"this model is English-only; language {language!r} is not supported", "language"
-        )
-    if language:
+    named = [language] if language else list(request.languages)
+    for code in named:
+        param = "language" if language else "languages[]"
+        if not multilingual and code != "en":
+            raise bad_request(
+                f"this model is English-only; language {code!r} is not supported", param
+            )
         from faster_whisper.tokenizer import _LANGUAGE_CODES
 
-        if language not in _LANGUAGE_CODES:
-            raise bad_request(f"Unsupported language: {language!r}", "language")
+        if code not in _LANGUAGE_CODES:
+            raise bad_request(f"Unsupported language: {code!r}", param)
+    if not multilingual and named:
+        language = "en"
     return Options(
         task=task,
         language=language,
+        languages=tuple(request.languages) if language is None else (),
         prompt=request.prompt or None,
         temperature=request.temperature,
         words="word" in request.timestamp_granularities,
@@ -178,11 +185,14 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                     media_type=sse.MEDIA_TYPE,
                     headers=sse.HEADERS,
                 )
-            return await collect(request, job, params.response_format, t0)
+            return await collect(request, job, params.response_format, t0, bool(params.languages))
         except APIError as e:
             return error_response(e)
 
-    async def collect(request: Request, job: Job, fmt: ResponseFormat, t0: float) -> Response:
+    async def collect(
+        request: Request, job: Job, fmt: ResponseFormat, t0: float, named_languages: bool
+    ) -> Response:
+        """The whole answer; `languages` in json where the request named languages[]."""
         segments: list[Segment] = []
         info: dict[str, Any] = {}
         while True:
@@ -204,7 +214,9 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
             else:
                 break
         observe(job, t0)
-        out = render(fmt, verbose(segments, info, job.options.task, job.options.words))
+        answer = verbose(segments, info, job.options.task, job.options.words)
+        languages = [Language(code=answer.language)] if named_languages else None
+        out = render(fmt, answer, languages=languages)
         return Response(out.body, media_type=out.content_type)
 
     async def stream_chunks(job: Job, model: str, usage: bool, t0: float) -> AsyncIterator[bytes]:

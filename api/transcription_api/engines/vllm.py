@@ -15,7 +15,14 @@ from .profile import EngineProfile, ErrorDialect, Image, Serving, one_at_a_time
 MAX_UPLOAD = 25 * 1024 * 1024  # vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB default
 _CONTINUOUS = CapabilitySet(
     capabilities=frozenset(
-        {C.TRANSCRIPTIONS, C.TRANSLATIONS, C.STREAM, C.SEGMENT_TIMESTAMPS, C.LANGUAGE_DETECTION}
+        {
+            C.TRANSCRIPTIONS,
+            C.TRANSLATIONS,
+            C.STREAM,
+            C.SEGMENT_TIMESTAMPS,
+            C.LANGUAGE_DETECTION,
+            C.KEYWORDS,
+        }
     ),
     max_upload_bytes=MAX_UPLOAD,
     native_formats=frozenset({"json", "verbose_json"}),

@@ -31,7 +31,7 @@ from transcription_api.errors import APIError, bad_request
 from transcription_api.multipart import Upload
 from transcription_api.openai import SEGMENT_FORMATS, ResponseFormat, TranscriptionRequest
 from transcription_api.params import field
-from transcription_api.render import PLAIN, render
+from transcription_api.render import PLAIN, billed_seconds, render
 from transcription_api.routes import PoolRoute
 
 from ..forward import Body, JsonBody, MultipartBody, WorkerAnswer
@@ -40,6 +40,9 @@ from ..sniff import AudioInfo
 from ..streams import ChatStream, Translation, dumps, worker_failed
 
 CHAT_PATH = "/v1/chat/completions"
+JSON_FORMATS = (ResponseFormat.JSON, ResponseFormat.VERBOSE_JSON)
+LANGUAGES = ("languages[]", "languages")  # the SDK's name, and the bare one
+KEYWORDS = ("keywords[]", "keywords")
 
 
 class Adapter:
@@ -50,6 +53,10 @@ class Adapter:
     # The engine cannot detect the language of an English-only model (vLLM raises a 500):
     # the frontend names English for it when the client named no language.
     names_english = False
+    # The model is billed by the audio's duration (Whisper), so answers carry the seconds as
+    # their usage; False keeps the engine's token usage (an audio language model, as
+    # OpenAI's gpt-4o-transcribe answers). The metrics count the seconds either way.
+    billed_by_duration = True
 
     def __init__(self, pool: PoolRoute) -> None:
         self.pool = pool
@@ -78,19 +85,29 @@ class Adapter:
         """Why the engine cannot take this transcription request, or None."""
         accepted = self.serving.transcription_fields
         if accepted is not None:
-            names = {k.removesuffix("[]") for k, _ in fields} - accepted
+            names = {k.removesuffix("[]") for k, _ in self.engine_fields(fields)} - accepted
             if names:
                 return self.unknown_fields(sorted(names), accepted)
-        language = field(fields, "language")
-        if self.pool.english_only and language and language.lower() != "en":
+        languages = [v for k, v in fields if k in ("language", *LANGUAGES)]
+        other = next((v for v in languages if v.strip().lower() != "en"), None)
+        if self.pool.english_only and other:
+            param = "language" if field(fields, "language") else LANGUAGES[0]
             return APIError(
                 400,
-                f"The model is English-only (a Whisper `.en` checkpoint): `language` must be "
-                f"`en` or left out, not `{language}`. Deploy a multilingual model for other "
+                f"The model is English-only (a Whisper `.en` checkpoint): `{param}` must be "
+                f"`en` or left out, not `{other}`. Deploy a multilingual model for other "
                 "languages.",
-                param="language",
+                param=param,
             )
         return self.audio_refusal(audio)
+
+    def engine_fields(self, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The client's fields the engine gets as they are: `languages[]` with one language
+        becomes `language` (every engine takes that), with several it goes to the engine
+        (a pool with restricted language detection); `keywords[]` become the prompt."""
+        named = [v for k, v in fields if k in LANGUAGES]
+        dropped = KEYWORDS if len({v.strip().lower() for v in named}) > 1 else KEYWORDS + LANGUAGES
+        return [(k, v) for k, v in fields if k not in dropped]
 
     def transcription_request(
         self, endpoint: Capability, upload: Upload, audio: AudioInfo, primary: str,
@@ -106,17 +123,23 @@ class Adapter:
         """The client's fields for the engine: every one kept, a few rewritten."""
         fmt = self.engine_format(request.response_format)
         out: list[tuple[str, str]] = []
-        for k, v in fields:
+        for k, v in self.engine_fields(fields):
             if k == "model":
                 v = self.worker_model(primary)
             elif k == "response_format":
                 v = fmt.value
+            elif k == "prompt" and request.prompt:
+                v = request.prompt  # with the keywords
             out.append((self.field_name(k), v))
         if field(fields, "model") is None:
             out.append(("model", self.worker_model(primary)))
         if field(fields, "response_format") is None and fmt != ResponseFormat.JSON:
             out.append(("response_format", fmt.value))
-        if self.pool.english_only and self.names_english and field(fields, "language") is None:
+        if field(out, "prompt") is None and request.prompt:
+            out.append(("prompt", request.prompt))  # the keywords
+        if field(out, "language") is None and len(request.languages) == 1:
+            out.append(("language", request.languages[0]))
+        if self.pool.english_only and self.names_english and field(out, "language") is None:
             out.append(("language", "en"))
         chunked = self.serving.stream_dialect == StreamDialect.OPENAI_CHUNK
         if request.stream and chunked and field(fields, "stream_include_usage") is None:
@@ -136,33 +159,47 @@ class Adapter:
         return ResponseFormat.JSON
 
     async def transcription_reply(
-        self, answer: WorkerAnswer, request: TranscriptionRequest
+        self, answer: WorkerAnswer, request: TranscriptionRequest, audio: AudioInfo
     ) -> Reply:
-        """The client's reply to the engine's answer (raises APIError for a failed one)."""
+        """The client's reply to the engine's answer (raises APIError for a failed one).
+        Where the model is billed by duration, json and verbose_json carry the audio's
+        seconds as their usage (`billed_seconds`), and so does a stream's done event where
+        the upload's header gives its length."""
         if answer.status != 200:
             raise await self.error(answer)
         if request.stream:
-            events = Translation(answer.chunks(), self.pool, self.serving.stream_dialect)
-            return Reply(200, sse.MEDIA_TYPE, stream=events, headers=sse.HEADERS)
+            seconds = billed_seconds({}, audio.seconds)
+            usage = seconds if self.billed_by_duration else None
+            known = request.languages[:1] if len(request.languages) == 1 else []
+            events = Translation(
+                answer.chunks(), self.pool, self.serving.stream_dialect, usage, known
+            )
+            return Reply(200, sse.MEDIA_TYPE, stream=events, headers=sse.HEADERS, seconds=seconds)
         raw = await answer.read()
         fmt = request.response_format
-        if fmt.value in self.caps.native_formats and fmt != ResponseFormat.VERBOSE_JSON:
-            # The engine rendered it itself (json is OpenAI's {"text", "usage"} in every
-            # engine that renders it): pass it through untouched.
-            return Reply(200, answer.content_type or PLAIN, raw)
+        if fmt.value in self.caps.native_formats and fmt not in JSON_FORMATS:
+            # The engine rendered it itself (text, subtitles): pass it through untouched.
+            seconds = billed_seconds({}, audio.seconds)
+            return Reply(200, answer.content_type or PLAIN, raw, seconds=seconds)
         body: Any
         if "json" in answer.content_type:
             try:
                 body = self.transcript(json.loads(raw))
             except ValueError as e:
                 raise worker_failed(self.pool, f"it sent an unexpected answer: {e}") from e
+            if not isinstance(body, dict):
+                raise worker_failed(self.pool, "it sent an unexpected answer: no JSON object")
         else:
             body = {"text": raw.decode("utf-8", "replace")}
+        seconds = billed_seconds(body, audio.seconds)
+        if request.languages and not body.get("languages"):
+            code = request.language or body.get("language")  # one given, or the detected one
+            body = {**body, "languages": [{"code": code}] if code else []}
         try:
-            out = render(fmt, body)
+            out = render(fmt, body, seconds if self.billed_by_duration else None)
         except ValidationError as e:
             raise worker_failed(self.pool, f"it sent an unexpected answer: {e}") from e
-        return Reply(200, out.content_type, out.body)
+        return Reply(200, out.content_type, out.body, seconds=seconds)
 
     def transcript(self, doc: Any) -> Any:
         """The engine's JSON answer as OpenAI's transcription JSON; raises ValueError when it

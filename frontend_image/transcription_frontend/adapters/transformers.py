@@ -58,6 +58,8 @@ class TransformersAdapter(Adapter):
 class AudioLMAdapter(TransformersAdapter):
     """An audio language model's pool: transcriptions through chat."""
 
+    billed_by_duration = False  # its answers keep the chat's token usage
+
     def transcription_request(
         self, endpoint: Capability, upload: Upload, audio: AudioInfo, primary: str,
         request: TranscriptionRequest,
