@@ -1,4 +1,4 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|operator|scale|all] [--quick]"""
+"""python -m bench [frontend|hostile|worker|worker-settings|keywords|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ def main() -> int:
         "which",
         nargs="?",
         default="all",
-        choices=["frontend", "hostile", "worker", "worker-settings", "operator", "scale", "all"],
+        choices=[
+            "frontend",
+            "hostile",
+            "worker",
+            "worker-settings",
+            "keywords",
+            "operator",
+            "scale",
+            "all",
+        ],
     )
     p.add_argument("--quick", action="store_true", help="fewer requests/resources (a smoke run)")
     args = p.parse_args()

@@ -263,6 +263,20 @@ def test_languages_name_the_audios_language_and_refuse_what_tiny_en_cannot_produ
         assert "English-only" in str(e.value) and "de" in str(e.value), e.value
 
 
+def test_keywords_reach_the_worker_and_are_recognised(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    c = client(stack.service_url())
+    for sentence, wav in speech.items():
+        keywords = [w for w in sentence.rstrip(".").split() if len(w) > 6][:2]
+        with wav.open("rb") as f:
+            out = c.audio.transcriptions.create(
+                model="whisper-1", file=f, extra_body={"keywords": keywords}
+            )
+        assert wer(sentence, out.text) <= 0.25, (keywords, out.text)
+        assert all(k.lower() in out.text.lower() for k in keywords), (keywords, out.text)
+
+
 def test_scaling_the_pool_spreads_requests_over_both_pods(
     stack: Stack, speech: dict[str, Path]
 ) -> None:

@@ -12,9 +12,9 @@ import yaml
 
 from testkit.resources import make_td
 from transcription_api.routes import RouteTable
-from transcription_api.v1alpha1 import TranscriptionDeployment
+from transcription_api.v1alpha1 import ResourcesSpec, TranscriptionDeployment
 from transcription_api.worker import WorkerSettings
-from transcription_operator.children import build, cpu_threads
+from transcription_operator.children import build, cpu_threads, resource_requirements
 from transcription_operator.config import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,3 +310,12 @@ def test_vllm_pools_get_no_faster_whisper_settings(vllm_td: TranscriptionDeploym
 )
 def test_cpu_quantity_to_threads(cpu: str | None, threads: int) -> None:
     assert cpu_threads(cpu) == threads
+
+
+def test_cpu_is_a_request_without_a_limit_as_the_crd_says() -> None:
+    """resources.cpu: a request, no limit (issue 20 item 8); memory: request and limit."""
+    out = resource_requirements(ResourcesSpec(cpu="2", memory="4Gi"))
+    assert out == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    assert "No CPU limit" in (ResourcesSpec.model_fields["cpu"].description or "")
+    crd = Path("crds/transcriptiondeployments.transcription.dev.yaml").read_text()
+    assert "No CPU limit is set" in crd and "CPU request (and limit)" not in crd

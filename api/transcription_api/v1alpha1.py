@@ -212,7 +212,13 @@ class ResourcesSpec(_Model):
         description="NVIDIA GPUs per replica (nvidia.com/gpu). More than one enables tensor "
         "parallelism across them.",
     )
-    cpu: str | None = Field(default=None, description="CPU request (and limit).", pattern=QUANTITY)
+    cpu: str | None = Field(
+        default=None,
+        description="CPU request. No CPU limit is set: a limit throttles inference in the "
+        "middle of a request (CFS quota) while the node has idle cores, which costs latency "
+        "and buys nothing; the request alone guarantees the share. Memory has a limit.",
+        pattern=QUANTITY,
+    )
     memory: str | None = Field(
         default=None, description="Memory request and limit.", pattern=QUANTITY
     )
