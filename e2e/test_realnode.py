@@ -277,6 +277,23 @@ def test_keywords_reach_the_worker_and_are_recognised(
         assert all(k.lower() in out.text.lower() for k in keywords), (keywords, out.text)
 
 
+def test_logprobs_are_the_transcripts_tokens(stack: Stack, speech: dict[str, Path]) -> None:
+    c = client(stack.service_url())
+    sentence, wav = next(iter(speech.items()))
+    with wav.open("rb") as f:
+        out = c.audio.transcriptions.create(model="whisper-1", file=f, include=["logprobs"])
+    assert out.logprobs, out
+    assert "".join(lp.token or "" for lp in out.logprobs).strip() == out.text.strip()
+    assert all(lp.logprob is not None and lp.logprob <= 0 for lp in out.logprobs)
+    assert wer(sentence, out.text) <= 0.25, out.text
+    with wav.open("rb") as f:
+        events = list(c.audio.transcriptions.create(
+            model="whisper-1", file=f, include=["logprobs"], stream=True))  # fmt: skip
+    done = events[-1]
+    assert done.type == "transcript.text.done" and done.logprobs, done
+    assert "".join(lp.token or "" for lp in done.logprobs) == done.text
+
+
 def test_scaling_the_pool_spreads_requests_over_both_pods(
     stack: Stack, speech: dict[str, Path]
 ) -> None:

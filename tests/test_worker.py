@@ -162,6 +162,8 @@ BAD = [
     ({"model": "whisper-1", "stream": "true", "response_format": "srt"}, "wav", 400, "stream=true is supported with response_format json or text, not srt"),
     ({"model": "whisper-1"}, b"RIFF" + b"\x00" * (9 * 1024 * 1024), 413, "File too large: the upload limit is 8388608 bytes"),
     ({"model": "whisper-1", "stream": "maybe"}, "wav", 400, "stream must be true or false"),
+    ({"model": "whisper-1", "include[]": "tokens"}, "wav", 400, "include[] takes logprobs, not tokens"),
+    ({"model": "whisper-1", "include[]": "logprobs", "response_format": "verbose_json"}, "wav", 400, "include[]=logprobs needs response_format=json"),
 ]  # fmt: skip
 
 
@@ -198,6 +200,40 @@ def test_several_languages_restrict_a_multilingual_models_detection() -> None:
     assert (one.language, one.languages) == ("de", ())
     with pytest.raises(APIError, match="Unsupported language: 'xx'"):
         options(parse_request([("languages[]", "de"), ("languages[]", "xx")]), "transcribe", True)
+
+
+def test_logprobs_are_the_transcripts_tokens(worker: Running, clips: dict[str, Path]) -> None:
+    sentence, wav = next(iter(clips.items()))
+    r = post(worker, wav, fields={"model": "whisper-1", "include[]": "logprobs"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    logprobs = body["logprobs"]
+    assert len(logprobs) >= len(sentence.split()), logprobs
+    assert "".join(lp["token"] for lp in logprobs).strip() == body["text"].strip()
+    for lp in logprobs:
+        assert set(lp) == {"token", "logprob", "bytes"} and lp["bytes"] == list(
+            lp["token"].encode()
+        )
+        assert -30 < lp["logprob"] <= 0
+    # tiny.en is sure of a sentence it gets right: the mean token probability is high.
+    assert sum(lp["logprob"] for lp in logprobs) / len(logprobs) > -0.5, logprobs
+    # Unasked, answers are as they were; the text is the same either way.
+    plain = post(worker, wav).json()
+    assert "logprobs" not in plain and plain["text"] == body["text"]
+
+
+def test_a_streams_chunks_carry_their_tokens_logprobs(
+    worker: Running, clips: dict[str, Path]
+) -> None:
+    _, wav = next(iter(clips.items()))
+    r = post(worker, wav, fields={"model": "whisper-1", "include[]": "logprobs", "stream": "true"})
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines()
+              if line.startswith("data: {")]  # fmt: skip
+    texts = [c for c in chunks if c["choices"] and c["choices"][0]["delta"]["content"]]
+    assert texts and all(c["choices"][0]["logprobs"] for c in texts), chunks
+    for c in texts:
+        choice = c["choices"][0]
+        assert "".join(lp["token"] for lp in choice["logprobs"]) == choice["delta"]["content"]
 
 
 def test_audio_over_the_duration_limit(worker: Running) -> None:

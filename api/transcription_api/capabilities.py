@@ -60,6 +60,7 @@ class Capability(StrEnum):
     # The engine decodes after a prompt (`prompt`, `keywords[]`): Whisper on vLLM and
     # faster-whisper; transformers serve accepts a prompt and ignores it.
     KEYWORDS = "keywords"
+    LOGPROBS = "logprobs"  # the transcript's token log probabilities (`include[]=logprobs`)
 
 
 class CapabilitySet(BaseModel):
@@ -124,12 +125,15 @@ def request_needs(
     granularities: Iterable[Granularity] = (),
     languages: int = 0,
     keywords: bool = False,
+    logprobs: bool = False,
 ) -> frozenset[Capability]:
     """What a (valid) request needs from the pool that serves it (`languages`: how many
     languages[] it names)."""
     needs = {endpoint}
     if keywords:
         needs.add(Capability.KEYWORDS)
+    if logprobs:
+        needs.add(Capability.LOGPROBS)
     if languages > 1:
         needs.add(Capability.RESTRICTED_LANGUAGE_DETECTION)
     if stream:

@@ -47,7 +47,10 @@ FIELDS: dict[str, Decision] = {
     "timestamp_granularities[]": honoured("routing: word timestamps go to a pool that has them"),
     "stream": honoured("the gateway: OpenAI's transcript.text events"),
     "chunking_strategy": refused("chunking (server-side VAD chunking of long audio)"),
-    "include[]": refused("logprobs (token log-probabilities)"),
+    "include[]": honoured(
+        "logprobs: the tokens' log probabilities from faster-whisper pools (capability "
+        "logprobs; vLLM's and transformers' transcription endpoints have none)"
+    ),
     "keywords[]": honoured(
         "the engine's prompt: the words after the client's prompt (faster-whisper's hotwords "
         "are the same tokens), on pools with capability keywords (vLLM, faster-whisper)"

@@ -7,7 +7,7 @@ Shared by the frontend (which validates requests and renders responses) and the 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +67,16 @@ class TranscriptionRequest(BaseModel):
         alias="keywords[]",
         description="Words to recognise more readily (names, terms); they join `prompt`.",
     )
+    include: list[Literal["logprobs"]] = Field(
+        default_factory=list,
+        alias="include[]",
+        description="`logprobs`: the transcript's tokens with their log probabilities "
+        "(response_format json; faster-whisper pools).",
+    )
+
+    @property
+    def logprobs(self) -> bool:
+        return "logprobs" in self.include
 
 
 class ErrorDetail(BaseModel):
@@ -104,6 +114,14 @@ class TokenUsage(BaseModel):
     total_tokens: int = 0
 
 
+class Logprob(BaseModel):
+    """One token of the transcript and its log probability (`include[]=logprobs`)."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
 class Language(BaseModel):
     """A language the answer names (OpenAI's `languages: [{"code"}]`)."""
 
@@ -115,6 +133,7 @@ class Transcription(BaseModel):
 
     text: str
     usage: DurationUsage | TokenUsage | None = None
+    logprobs: list[Logprob] | None = None
     languages: list[Language] | None = None
 
 
@@ -180,7 +199,7 @@ class TextDelta(BaseModel):
 
     type: Literal["transcript.text.delta"] = "transcript.text.delta"
     delta: str
-    logprobs: list[Any] | None = None
+    logprobs: list[Logprob] | None = None
 
 
 class TextDone(BaseModel):
@@ -189,7 +208,7 @@ class TextDone(BaseModel):
 
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
-    logprobs: list[Any] | None = None
+    logprobs: list[Logprob] | None = None
     usage: DurationUsage | TokenUsage | None = None
     languages: list[Language] | None = None
 
@@ -204,6 +223,9 @@ class ChunkChoice(BaseModel):
     delta: ChunkDelta = Field(default_factory=ChunkDelta)
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    # The delta's tokens with their log probabilities (`include[]=logprobs`): our worker's
+    # field; vLLM's transcription chunks have none.
+    logprobs: list[Logprob] | None = None
 
 
 class ChunkUsage(BaseModel):

@@ -20,6 +20,7 @@ from .openai import ResponseFormat, TranscriptionRequest
 GRANULARITIES = "timestamp_granularities[]"
 LANGUAGES = "languages[]"
 KEYWORDS = "keywords[]"
+INCLUDE = "include[]"
 # Whisper reads at most 223 prompt tokens (half its 448-token context), the last ones kept:
 # about 800 characters of English.
 MAX_KEYWORD_CHARS = 800
@@ -75,6 +76,11 @@ def parse_request(fields: Sequence[tuple[str, str]]) -> TranscriptionRequest:
                 "languages it may be in), not both",
                 "language",
             )
+    include = [v.strip() for k, v in fields if k in (INCLUDE, "include")]
+    if include:
+        if unknown := sorted(set(include) - {"logprobs"}):
+            raise bad_request(f"include[] takes logprobs, not {', '.join(unknown)}", INCLUDE)
+        raw[INCLUDE] = list(dict.fromkeys(include))
     keywords = [v for k, v in fields if k in (KEYWORDS, "keywords")]
     if keywords:
         raw["prompt"] = keyword_prompt(raw.get("prompt"), keywords)
@@ -133,6 +139,11 @@ def _check_combination(r: TranscriptionRequest) -> TranscriptionRequest:
         raise bad_request(
             f"stream=true is supported with response_format json or text, not {fmt.value}",
             "stream",
+        )
+    if r.logprobs and fmt != ResponseFormat.JSON:
+        raise bad_request(
+            f"include[]=logprobs needs response_format=json (as OpenAI's API), not {fmt.value}",
+            INCLUDE,
         )
     if r.timestamp_granularities and fmt != ResponseFormat.VERBOSE_JSON:
         raise bad_request(

@@ -19,6 +19,7 @@ from .openai import (
     SEGMENT_FORMATS,
     DurationUsage,
     Language,
+    Logprob,
     ResponseFormat,
     VerboseTranscription,
 )
@@ -63,10 +64,11 @@ def render(
     transcript: dict[str, Any] | VerboseTranscription,
     seconds: int | None = None,
     languages: list[Language] | None = None,
+    logprobs: list[Logprob] | None = None,
 ) -> Rendered:
     """Render a transcript (an engine's JSON answer, or a VerboseTranscription) as `fmt`;
     json and verbose_json carry `seconds` as their duration usage where it is given, json
-    the `languages` given.
+    the `languages` and `logprobs` given.
 
     Raises pydantic's ValidationError when `fmt` needs segments the transcript lacks.
     """
@@ -77,6 +79,8 @@ def render(
         verbose, body = None, transcript
     if languages is not None:
         body = {**body, "languages": [lang.model_dump() for lang in languages]}
+    if logprobs is not None:
+        body = {**body, "logprobs": [lp.model_dump() for lp in logprobs]}
     if seconds is not None:
         usage = DurationUsage(seconds=seconds)
         body = {**body, "usage": usage.model_dump()}

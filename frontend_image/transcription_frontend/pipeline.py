@@ -155,6 +155,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             granularities=request.timestamp_granularities,
             languages=len(request.languages),
             keywords=bool(request.keywords),
+            logprobs=request.logprobs,
         )
         pools = choose_pools(ex.gw.router, needs, upload.size)
         adapters = able(

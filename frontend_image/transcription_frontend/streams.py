@@ -23,6 +23,7 @@ from transcription_api.openai import (
     ChatChunk,
     DurationUsage,
     Language,
+    Logprob,
     TextDelta,
     TextDone,
     TokenUsage,
@@ -103,6 +104,7 @@ class Translation(EventStream):
         chat = self.dialect == StreamDialect.CHAT_CHUNK
         chunk_model = ChatChunk if chat else TranscriptionChunk
         text: list[str] = []
+        logprobs: list[Logprob] | None = None  # where the engine sends them (asked for)
         usage: DurationUsage | TokenUsage | None = None
         if self.seconds is not None:
             usage = DurationUsage(seconds=self.seconds)
@@ -115,7 +117,7 @@ class Translation(EventStream):
                 if (err := sse.engine_error(payload)) is not None:
                     self.error = worker_failed(self.pool, f"mid-stream: {err.message}")
                     return
-                delta = payload
+                delta, delta_logprobs = payload, None
             else:
                 try:
                     doc = json.loads(payload)
@@ -137,13 +139,19 @@ class Translation(EventStream):
                         total_tokens=u.total_tokens,
                     )
                 delta = "".join(c.delta.content for c in chunk.choices)
+                sent = [c.logprobs for c in chunk.choices if c.logprobs is not None]
+                delta_logprobs = [lp for lps in sent for lp in lps] if sent else None
+                if delta_logprobs is not None:
+                    logprobs = (logprobs or []) + delta_logprobs
             if delta:
                 text.append(delta)
-                yield sse.encode(TextDelta(delta=delta))
+                yield sse.encode(TextDelta(delta=delta, logprobs=delta_logprobs))
         if not finished:
             self.error = worker_failed(self.pool, "its stream ended before the transcript did")
             return
-        done = TextDone(text="".join(text), usage=usage, languages=self.languages or None)
+        done = TextDone(
+            text="".join(text), logprobs=logprobs, usage=usage, languages=self.languages or None
+        )
         yield sse.encode(done)
 
 

@@ -12,6 +12,7 @@ alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -64,6 +65,7 @@ class Options:
     prompt: str | None = None
     temperature: float = 0.0
     words: bool = False
+    logprobs: bool = False  # each text token's log probability (`include[]=logprobs`)
 
     @property
     def temperatures(self) -> tuple[float, ...]:
@@ -92,6 +94,7 @@ class Segment:
     compression_ratio: float
     no_speech_prob: float
     words: list[tuple[str, float, float]] = field(default_factory=list)
+    logprobs: list[tuple[str, float]] = field(default_factory=list)  # (token text, log p)
 
 
 @dataclass(eq=False)
@@ -253,6 +256,8 @@ class Transcriber:
             )
         if any(w.options.words for w in batch):
             self._add_words(batch, tokenizers, sizes, encoded, splits)
+        if any(w.options.logprobs for w in batch):
+            self._add_logprobs(batch, tokenizers, sizes, encoded, splits)
 
         for w, tok, n, split, (result, avg_logprob, temperature, ratio) in zip(
             batch, tokenizers, sizes, splits, results, strict=True
@@ -266,9 +271,12 @@ class Transcriber:
                     text = tok.decode(part["tokens"])
                     if part["start"] == part["end"] or not text.strip():
                         continue
-                    w.segments.append(
-                        _segment(part, text, tmap, temperature, avg_logprob, ratio, result)
-                    )
+                    segment = _segment(part, text, tmap, temperature, avg_logprob, ratio, result)
+                    if w.options.logprobs:
+                        segment.logprobs = [
+                            (tok.decode([t]), lp) for t, lp in part.get("logprobs", [])
+                        ]
+                    w.segments.append(segment)
                 w.seek = seek
             if w.seek >= _frames(w):
                 w.done = True
@@ -413,6 +421,44 @@ class Transcriber:
             if last_word_end is not None:
                 w.last_speech = last_word_end
 
+    def _add_logprobs(
+        self,
+        batch: list[Window],
+        tokenizers: list[Any],
+        sizes: list[int],
+        encoded: Any,
+        splits: list[tuple[list[dict[str, Any]], int, bool] | None],
+    ) -> None:
+        """Each text token's log probability, for the windows that ask: CTranslate2's
+        alignment of the decoded text (the model's probability of each token given the
+        audio and the window's tokens before it), one call per start sequence, the same
+        call faster-whisper's word probabilities come from. Sets `part["logprobs"]`."""
+        texts = [
+            [[t for t in part["tokens"] if t < tok.eot] for part in (s[0] if s else [])]
+            for s, tok in zip(splits, tokenizers, strict=True)
+        ]
+        done: set[int] = set()
+        for i, (w, tok) in enumerate(zip(batch, tokenizers, strict=True)):
+            if not w.options.logprobs or i in done or not any(texts[i]):
+                continue
+            group = [
+                j for j, other in enumerate(tokenizers)
+                if other.sot_sequence == tok.sot_sequence and batch[j].options.logprobs
+                and any(texts[j])
+            ]  # fmt: skip
+            results = self.model.model.align(
+                _rows(encoded, group),
+                tok.sot_sequence,
+                [[t for part in texts[j] for t in part] for j in group],
+                [sizes[j] for j in group],
+            )
+            for j, result in zip(group, results, strict=True):
+                done.add(j)
+                probs = iter(result.text_token_probs)
+                parts = splits[j][0]  # type: ignore[index]
+                for part, tokens in zip(parts, texts[j], strict=True):
+                    part["logprobs"] = [(t, math.log(max(next(probs), 1e-30))) for t in tokens]
+
     def _tokenizer(self, task: str, language: str) -> Any:
         from faster_whisper.tokenizer import Tokenizer
 
@@ -507,3 +553,15 @@ def likeliest(detected: list[tuple[str, float]], allowed: tuple[str, ...]) -> st
     probability, likeliest first) among `allowed` (any, if empty): "<|de|>" -> "de"."""
     codes = [token[2:-2] for token, _ in detected]
     return next((c for c in codes if not allowed or c in allowed), allowed[0] if allowed else "en")
+
+
+def _rows(encoded: Any, rows: list[int]) -> Any:
+    """The encoder output of these windows of a batch (all of it when they are all)."""
+    import ctranslate2
+
+    if len(rows) == encoded.shape[0]:
+        return encoded
+    array = np.asarray(encoded) if encoded.device == "cpu" else None
+    if array is None:  # on a GPU: through the CPU (rare: logprobs with mixed batches)
+        array = np.asarray(encoded.to_device(ctranslate2.Device.cpu))
+    return ctranslate2.StorageView.from_array(np.ascontiguousarray(array[rows]))

@@ -31,6 +31,7 @@ from transcription_api.openai import (
     ChunkUsage,
     DurationUsage,
     Language,
+    Logprob,
     ModelCard,
     ModelList,
     ResponseFormat,
@@ -101,6 +102,7 @@ def options(request: TranscriptionRequest, task: str, multilingual: bool) -> Opt
         prompt=request.prompt or None,
         temperature=request.temperature,
         words="word" in request.timestamp_granularities,
+        logprobs=request.logprobs,
     )
 
 
@@ -132,6 +134,14 @@ def verbose(
         else None,
         usage=DurationUsage(seconds=math.ceil(info["duration"])),
     )
+
+
+def token_logprobs(segment: Segment) -> list[Logprob]:
+    """A segment's tokens as OpenAI's `logprobs` entries."""
+    return [
+        Logprob(token=text, logprob=round(lp, 6), bytes=list(text.encode()))
+        for text, lp in segment.logprobs
+    ]
 
 
 def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
@@ -216,7 +226,10 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
         observe(job, t0)
         answer = verbose(segments, info, job.options.task, job.options.words)
         languages = [Language(code=answer.language)] if named_languages else None
-        out = render(fmt, answer, languages=languages)
+        logprobs = (
+            [lp for s in segments for lp in token_logprobs(s)] if job.options.logprobs else None
+        )
+        out = render(fmt, answer, languages=languages, logprobs=logprobs)
         return Response(out.body, media_type=out.content_type)
 
     async def stream_chunks(job: Job, model: str, usage: bool, t0: float) -> AsyncIterator[bytes]:
@@ -231,7 +244,10 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                 kind, value = await job.events.get()
                 if kind == "segment":
                     tokens += len(value.tokens)
-                    yield chunk(choices=[ChunkChoice(delta=ChunkDelta(content=value.text))])
+                    choice = ChunkChoice(delta=ChunkDelta(content=value.text))
+                    if job.options.logprobs:
+                        choice.logprobs = token_logprobs(value)
+                    yield chunk(choices=[choice])
                 elif kind == "error":
                     yield sse.encode(failed(value).event())
                     break
