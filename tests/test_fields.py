@@ -10,6 +10,8 @@ from openai.types.audio import transcription_create_params, translation_create_p
 
 from testkit.frontend import WAV, Frontend
 from testkit.standins import Behaviour, Running
+from transcription_api.capabilities import Capability, ModelFamily
+from transcription_api.engines import capability_sets
 from transcription_api.fields import FIELDS, REFUSED_FORMATS
 
 ARRAYS = {"include", "keywords", "languages", "known_speaker_names", "known_speaker_references",
@@ -70,3 +72,14 @@ def test_a_field_no_engine_honours_is_a_400_naming_it_and_serving_goes_on(
 
 def test_refused_formats_are_named() -> None:
     assert REFUSED_FORMATS == {"diarized_json": "diarization"}
+
+
+def test_diarization_is_a_capability_no_engine_has_yet() -> None:
+    """When an engine gets it, its profile lists the capability and the fields follow: the
+    wire (the field names, the 400's capability name) does not change."""
+    refusing = {n for n, d in FIELDS.items() if d.needs == Capability.DIARIZATION}
+    assert refusing == {"known_speaker_names[]", "known_speaker_references[]"}
+    assert REFUSED_FORMATS["diarized_json"] == Capability.DIARIZATION.value
+    for family in ModelFamily:
+        for sets in capability_sets(family).values():
+            assert Capability.DIARIZATION not in sets.capabilities

@@ -61,6 +61,9 @@ class Capability(StrEnum):
     # faster-whisper; transformers serve accepts a prompt and ignores it.
     KEYWORDS = "keywords"
     LOGPROBS = "logprobs"  # the transcript's token log probabilities (`include[]=logprobs`)
+    # Who spoke when (`known_speaker_*[]`, `response_format=diarized_json`): no engine here
+    # has it yet; the fields that need it are refused by this name (fields.py).
+    DIARIZATION = "diarization"
 
 
 class CapabilitySet(BaseModel):
@@ -105,8 +108,9 @@ class CapabilitySet(BaseModel):
         return not self.missing(needs)
 
 
-# Every capability of the audio endpoints (all but chat).
-AUDIO = frozenset(Capability) - {Capability.CHAT}
+# Every capability of the audio endpoints that an engine here has (all but chat and
+# diarization): faster-whisper's.
+AUDIO = frozenset(Capability) - {Capability.CHAT, Capability.DIARIZATION}
 # The largest upload the CRD lets a frontend accept (spec.frontend.maxUploadBytes); the CPU
 # worker, which spools uploads to disk and decodes them as a stream, takes all of it.
 MAX_UPLOAD = 4 * 1024**3

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .capabilities import Capability
 from .errors import APIError
 
 
@@ -59,12 +60,12 @@ FIELDS: dict[str, Decision] = {
         "one: as `language`; several: the engine's language detection, restricted to them "
         "(capability restricted_language_detection: faster-whisper); answers list the language"
     ),
-    "known_speaker_names[]": refused("diarization"),
-    "known_speaker_references[]": refused("diarization"),
+    "known_speaker_names[]": refused(Capability.DIARIZATION),
+    "known_speaker_references[]": refused(Capability.DIARIZATION),
 }
 UNSUPPORTED = "unsupported_capability"  # the code of the gateway's capability refusals
 # The response formats OpenAI has that no engine here produces.
-REFUSED_FORMATS = {"diarized_json": "diarization"}
+REFUSED_FORMATS = {"diarized_json": Capability.DIARIZATION.value}
 
 
 def refusal(fields: Sequence[tuple[str, str]]) -> APIError | None:
