@@ -25,12 +25,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Path]:
-    """A running test bed; started (and later stopped) unless one is already up."""
+    """A running test bed; started (and later stopped) unless one is already up. Stopping
+    it must leave no process of it behind (issue 20 item 3): the run fails, naming them."""
     was_up = testbed.cluster.is_up()
     kubeconfig = testbed.cluster.up()
     yield kubeconfig
     if not was_up and not os.environ.get("TESTBED_KEEP"):
-        testbed.cluster.down()
+        try:
+            testbed.cluster.down()
+        except SystemExit as e:  # a leftover process: fail the run, naming it
+            raise AssertionError(str(e)) from e
+        assert not testbed.realnode.leftovers(testbed.cluster.CACHE)
 
 
 @pytest.fixture(scope="session")

@@ -590,8 +590,13 @@ def register_nodes() -> None:
 
 
 def down() -> None:
+    """Stop the cluster and the real node; fail, naming them, if any of the node's
+    processes survive (they would hold memory and CPU under the next run)."""
     if realnode.owner(CACHE) in (CLUSTER, ""):
         realnode.teardown(CACHE, KUBERNETES.path("kube-proxy"))
+        if left := realnode.leftovers(CACHE):
+            lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in sorted(left.items()))
+            raise SystemExit(f"the real node left {len(left)} process(es) running:\n{lines}")
     if not KWOK.path("kwokctl").exists():
         return
     _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)

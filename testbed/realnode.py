@@ -468,6 +468,20 @@ def pod_processes() -> dict[int, str]:
     return found
 
 
+def leftovers(cache: Path) -> dict[int, str]:
+    """What of the real node still runs: processes in the pods' cgroups, containerd's shims
+    for the node's socket, and the node's own daemons (by their PID files' directory or
+    their command lines). Empty after a clean `teardown`."""
+    found = pod_processes()
+    marks = (str(SOCKET), str(node_dir(cache)), str(RUN))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            cmd = _cmdline(int(entry.name))
+            if any(m in cmd for m in marks) and _alive(int(entry.name)):
+                found[int(entry.name)] = cmd
+    return found
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
