@@ -11,8 +11,9 @@ a user would name (`KEYWORDS`). Three ways, one after another on the same clip:
   sentences too, whose WER must not get worse.
 
 Engines: the faster-whisper worker over HTTP (`keywords[]` as a client sends it: the worker
-parses it as the gateway does), and vLLM's CPU build (the prompt the gateway sends it,
-`keyword_prompt`) when `make vllm-env` has installed it. Reports keyword recall (the share
+parses it as the gateway does), and vLLM's CPU build (the prompt the gateway would build,
+`keyword_prompt`; measured to show why vLLM pools are not given keywords) when
+`make vllm-env` has installed it. Reports keyword recall (the share
 of keywords found in the transcript, spelt as given, case and punctuation aside) and WER.
 """
 

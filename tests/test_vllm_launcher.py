@@ -178,7 +178,8 @@ def english_checkpoint(d: Path, multilingual: bool = False) -> Path:
     (d / "generation_config.json").write_text(json.dumps({"is_multilingual": multilingual}))
     (d / "model.safetensors").write_bytes(b"weights")
     tokens = [{"id": 50258 + i, "content": t, "special": True, "normalized": False}
-              for i, t in enumerate(["<|en|>", "<|transcribe|>", "<|notimestamps|>"])]  # fmt: skip
+              for i, t in enumerate(["<|en|>", "<|transcribe|>", "<|notimestamps|>",
+                                     "<|startofprev|>"])]  # fmt: skip
     (d / "tokenizer.json").write_text(json.dumps({"normalizer": None, "added_tokens": tokens}))
     (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "WhisperTokenizer"}))
     return d
@@ -192,10 +193,13 @@ def test_an_english_only_checkpoint_is_served_through_its_patched_copy(tmp_path:
     # The weights are links, not copies; the tokenizer files are rewritten.
     assert (out / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
     tok = json.loads((out / "tokenizer.json").read_text())
-    removed = [n["pattern"]["String"] for n in tok["normalizer"]["normalizers"]]
-    assert removed == list(english_only.PROMPT_TOKENS)
+    replaced = {n["pattern"]["String"]: n["content"] for n in tok["normalizer"]["normalizers"]}
+    # The prompt tokens go; vLLM's `<|prev|>` becomes Whisper's `<|startofprev|>`.
+    assert replaced == {**dict.fromkeys(english_only.PROMPT_TOKENS, ""),
+                        "<|prev|>": "<|startofprev|>"}  # fmt: skip
     normalized = {t["content"]: t["normalized"] for t in tok["added_tokens"]}
-    assert normalized == {"<|en|>": True, "<|transcribe|>": True, "<|notimestamps|>": False}
+    assert normalized == {"<|en|>": True, "<|transcribe|>": True, "<|notimestamps|>": False,
+                          "<|startofprev|>": True}  # fmt: skip
     cfg = json.loads((out / "tokenizer_config.json").read_text())
     assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
     # Again (a restarted container): the copy is rewritten, not refused.

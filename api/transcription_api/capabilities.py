@@ -57,8 +57,9 @@ class Capability(StrEnum):
     LANGUAGE_DETECTION = "language_detection"
     # Detection among the languages a request names (`languages[]` with several).
     RESTRICTED_LANGUAGE_DETECTION = "restricted_language_detection"
-    # The engine decodes after a prompt (`prompt`, `keywords[]`): Whisper on vLLM and
-    # faster-whisper; transformers serve accepts a prompt and ignores it.
+    # `keywords[]` in the prompt help: faster-whisper (its temperature fallback keeps a
+    # prompted decode out of loops). vLLM's greedy decode runs away with them (bench
+    # keywords); transformers serve accepts a prompt and ignores it.
     KEYWORDS = "keywords"
     LOGPROBS = "logprobs"  # the transcript's token log probabilities (`include[]=logprobs`)
     # Who spoke when (`known_speaker_*[]`, `response_format=diarized_json`): no engine here

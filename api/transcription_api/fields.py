@@ -54,7 +54,7 @@ FIELDS: dict[str, Decision] = {
     ),
     "keywords[]": honoured(
         "the engine's prompt: the words after the client's prompt (faster-whisper's hotwords "
-        "are the same tokens), on pools with capability keywords (vLLM, faster-whisper)"
+        "are the same tokens), on pools with capability keywords (faster-whisper)"
     ),
     "languages[]": honoured(
         "one: as `language`; several: the engine's language detection, restricted to them "

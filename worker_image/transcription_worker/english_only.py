@@ -13,6 +13,11 @@ prompt vLLM writes becomes the one the model knows.
 - `tokenizer_config.json` names `PreTrainedTokenizerFast`: transformers 5 rebuilds a
   `WhisperTokenizer` from the vocabulary and would drop the normalizer.
 
+The same normalizer mends vLLM's prompt: it writes a request's `prompt` after `<|prev|>`, a
+token no Whisper tokenizer has (vllm-project/vllm#53206, open), which then reaches the model
+as six text tokens and sends decoding into loops (`python -m bench keywords`). The copy
+turns `<|prev|>` into `<|startofprev|>`, Whisper's own, matched after the normalizer ran.
+
 The copy is a directory of links to the checkpoint's files, with the two tokenizer files
 rewritten; the weights are not copied.
 """
@@ -26,6 +31,7 @@ from typing import Any
 # The prompt tokens an English-only model never saw. Language detection is no concern here:
 # the frontend names English for these models (an English-only model detects nothing).
 PROMPT_TOKENS = ("<|en|>", "<|transcribe|>", "<|translate|>")
+VLLM_PREV, PREV = "<|prev|>", "<|startofprev|>"  # what vLLM writes, what Whisper knows
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 ENGLISH_ONLY_VOCAB = 51864  # multilingual Whisper: 51865 (51866 from large-v3 on)
 
@@ -46,10 +52,11 @@ def patched_tokenizer(tokenizer: dict[str, Any]) -> dict[str, Any]:
     removals: list[dict[str, Any]] = [
         {"type": "Replace", "pattern": {"String": t}, "content": ""} for t in PROMPT_TOKENS
     ]
+    removals.append({"type": "Replace", "pattern": {"String": VLLM_PREV}, "content": PREV})
     old = tokenizer.get("normalizer")
     out["normalizer"] = {"type": "Sequence", "normalizers": removals + ([old] if old else [])}
     out["added_tokens"] = [
-        dict(t, normalized=True) if t.get("content") in PROMPT_TOKENS else t
+        dict(t, normalized=True) if t.get("content") in (*PROMPT_TOKENS, PREV) else t
         for t in tokenizer.get("added_tokens", [])
     ]
     return out

@@ -21,7 +21,6 @@ _CONTINUOUS = CapabilitySet(
             C.STREAM,
             C.SEGMENT_TIMESTAMPS,
             C.LANGUAGE_DETECTION,
-            C.KEYWORDS,
         }
     ),
     max_upload_bytes=MAX_UPLOAD,
