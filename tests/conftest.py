@@ -10,6 +10,7 @@ import pytest
 from testkit.frontend import AUDIO_LM_MODEL, PRIMARY, SERVED, Frontend, pool
 from testkit.resources import make_td
 from testkit.standins import Behaviour, Running, serve, transformers_app, vllm_app
+from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
@@ -68,4 +69,16 @@ def frontend(worker: tuple[Running, Behaviour]) -> Iterator[Frontend]:
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
     fe = Frontend(table)
     yield fe
+    fe.running.stop()
+
+
+@pytest.fixture
+def with_faster_whisper(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, Behaviour]]:
+    """vLLM first (pool `batch`) and a faster-whisper pool `fw`, both on the module's
+    `worker`: for requests only faster-whisper serves."""
+    fw = pool("fw", [worker[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL)
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
+                       pools=[pool("batch", [worker[0].url]), fw])  # fmt: skip
+    fe = Frontend(table)
+    yield fe, worker[1]
     fe.running.stop()

@@ -6,13 +6,11 @@ faster-whisper pool answers a 400 naming `keywords`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from testkit.frontend import PRIMARY, WAV, Frontend, assert_still_serving, error, pool
 from testkit.standins import TRANSFORMERS_WHISPER, Behaviour, Running
-from transcription_api.capabilities import Capability, Engine, Mode
+from transcription_api.capabilities import Capability, Engine
 from transcription_api.errors import APIError
 from transcription_api.params import MAX_KEYWORD_CHARS, parse_request
 from transcription_api.routes import RouteTable
@@ -62,19 +60,10 @@ def test_vllm_pools_are_not_given_keywords(
     assert_still_serving(frontend)
 
 
-@pytest.fixture
-def split(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, Behaviour]]:
-    """vLLM first, and a faster-whisper pool (here the same stand-in) for the rest."""
-    fw = pool("fw", [worker[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL)
-    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
-                       pools=[pool("batch", [worker[0].url]), fw])  # fmt: skip
-    fe = Frontend(table)
-    yield fe, worker[1]
-    fe.running.stop()
-
-
-def test_faster_whisper_gets_the_keywords_in_its_prompt(split: tuple[Frontend, Behaviour]) -> None:
-    fe, behaviour = split
+def test_faster_whisper_gets_the_keywords_in_its_prompt(
+    with_faster_whisper: tuple[Frontend, Behaviour],
+) -> None:
+    fe, behaviour = with_faster_whisper
     before = fe.metric("transcription_frontend_requests_total", pool="fw")
     out = fe.client.audio.transcriptions.create(
         model="whisper-1", file=("a.wav", WAV), prompt="Ops call.",

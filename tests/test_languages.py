@@ -11,7 +11,7 @@ import pytest
 
 from testkit.frontend import PRIMARY, WAV, Frontend, assert_still_serving, error, pool
 from testkit.standins import Behaviour, Running
-from transcription_api.capabilities import Capability, Engine, Mode, request_needs
+from transcription_api.capabilities import Capability, Engine, request_needs
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
 from transcription_api.routes import RouteTable
@@ -93,21 +93,10 @@ def test_several_languages_on_vllm_alone_are_a_400_naming_the_capability(
     assert_still_serving(frontend)
 
 
-@pytest.fixture
-def split(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, Behaviour]]:
-    """vLLM first, and a faster-whisper pool (here the same stand-in) for the rest."""
-    fw = pool("fw", [worker[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL)
-    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
-                       pools=[pool("batch", [worker[0].url]), fw])  # fmt: skip
-    fe = Frontend(table)
-    yield fe, worker[1]
-    fe.running.stop()
-
-
 def test_several_languages_go_to_the_pool_that_restricts_detection(
-    split: tuple[Frontend, Behaviour],
+    with_faster_whisper: tuple[Frontend, Behaviour],
 ) -> None:
-    fe, behaviour = split
+    fe, behaviour = with_faster_whisper
     before = fe.metric("transcription_frontend_requests_total", pool="fw")
     r = fe.post([("model", "whisper-1"), ("languages[]", "de"), ("languages[]", "fr")])
     assert r.status_code == 200, r.text

@@ -7,7 +7,7 @@ faster-whisper pool answers 400 naming `logprobs`."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import openai
 import pytest
@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from testkit.frontend import PRIMARY, WAV, Frontend, assert_still_serving, error, pool
 from testkit.standins import Behaviour, Running, serve
-from transcription_api.capabilities import Engine, Mode
+from transcription_api.capabilities import Engine
 from transcription_api.routes import RouteTable
 
 TOKENS = [[(" Hello", -0.01), (" there", -0.2)], [(" friend", -1.5), (".", -0.05)]]
@@ -52,18 +52,10 @@ def test_bad_includes_are_400s(
     assert error(r)["param"] == "include[]"
 
 
-@pytest.fixture
-def split(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, Behaviour]]:
-    fw = pool("fw", [worker[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL)
-    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
-                       pools=[pool("batch", [worker[0].url]), fw])  # fmt: skip
-    fe = Frontend(table)
-    yield fe, worker[1]
-    fe.running.stop()
-
-
-def test_logprobs_go_to_the_faster_whisper_pool(split: tuple[Frontend, Behaviour]) -> None:
-    fe, behaviour = split
+def test_logprobs_go_to_the_faster_whisper_pool(
+    with_faster_whisper: tuple[Frontend, Behaviour],
+) -> None:
+    fe, behaviour = with_faster_whisper
     before = fe.metric("transcription_frontend_requests_total", pool="fw")
     r = fe.post([("model", "whisper-1"), ("include[]", "logprobs")])
     assert r.status_code == 200, r.text
