@@ -257,6 +257,8 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
             before = counter(kubectl, namespace, metric, "pool", "worker")
             time.sleep(20)
             after = counter(kubectl, namespace, metric, "pool", "worker")
+            # Read under load: once the clients stop, KEDA may scale down within seconds.
+            dep = kubectl.json("get", "deployment", f"{NAME}-batch", "-n", namespace)
         finally:
             stop = time.monotonic()
             for f in futures:
@@ -268,7 +270,6 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
     names = {p["metadata"]["name"] for p in ready}
     busy = {w for (pool, w), n in after.items() if pool == "batch" and n > before.get((pool, w), 0)}
     assert busy == names, (busy, names)
-    dep = kubectl.json("get", "deployment", f"{NAME}-batch", "-n", namespace)
     assert dep["spec"]["replicas"] == 2
     wait_for(lambda: len(pods(kubectl, namespace, "batch")) == 1 or None, timeout=300,
              what="the pool back at one replica once idle")  # fmt: skip
