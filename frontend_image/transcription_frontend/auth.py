@@ -16,6 +16,7 @@ has keys. Once keys were read, a failed re-read (the Secret being swapped) keeps
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -35,7 +36,7 @@ class Key:
     secret: bytes
     models: frozenset[str] | None  # None: every model
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """How metrics name the key without giving it away: its SHA-256's first 8 hex digits."""
         return hashlib.sha256(self.secret).hexdigest()[:8]

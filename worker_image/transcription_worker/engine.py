@@ -97,6 +97,11 @@ class Segment:
     logprobs: list[tuple[str, float]] = field(default_factory=list)  # (token text, log p)
 
 
+# One window's decoded step: faster-whisper's segment dicts, the next seek, and whether the
+# last segment ends on a single timestamp; None for silence.
+Split = tuple[list[dict[str, Any]], int, bool] | None
+
+
 @dataclass(eq=False)
 class Window:
     """Up to 30 s of one request's audio, and how far its decoding has got.
@@ -236,7 +241,7 @@ class Transcriber:
         ]
         results = self._generate(encoded, rows, features, prompts, tokenizers, batch[0].options)
 
-        splits: list[tuple[list[dict[str, Any]], int, bool] | None] = []
+        splits: list[Split] = []
         for w, tok, n, (result, avg_logprob, _, _) in zip(
             batch, tokenizers, sizes, results, strict=True
         ):
@@ -373,7 +378,7 @@ class Transcriber:
         tokenizers: list[Any],
         sizes: list[int],
         encoded: Any,
-        splits: list[tuple[list[dict[str, Any]], int, bool] | None],
+        splits: list[Split],
     ) -> None:
         """Word timestamps: one alignment call for the whole batch, then faster-whisper's
         per-window heuristics (`add_word_timestamps`) on each window's share of it."""
@@ -427,7 +432,7 @@ class Transcriber:
         tokenizers: list[Any],
         sizes: list[int],
         encoded: Any,
-        splits: list[tuple[list[dict[str, Any]], int, bool] | None],
+        splits: list[Split],
     ) -> None:
         """Each text token's log probability, for the windows that ask: CTranslate2's
         alignment of the decoded text (the model's probability of each token given the

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from transcription_api import sse
+from transcription_api import params, sse
 from transcription_api.capabilities import Capability
 from transcription_api.engines import StreamDialect
 from transcription_api.errors import APIError, bad_request
@@ -41,8 +41,9 @@ from ..streams import ChatStream, Translation, dumps, worker_failed
 
 CHAT_PATH = "/v1/chat/completions"
 JSON_FORMATS = (ResponseFormat.JSON, ResponseFormat.VERBOSE_JSON)
-LANGUAGES = ("languages[]", "languages")  # the SDK's name, and the bare one
-KEYWORDS = ("keywords[]", "keywords")
+# The SDK's names of the array fields the gateway rewrites, and the bare ones.
+LANGUAGES = (params.LANGUAGES, params.LANGUAGES.removesuffix("[]"))
+KEYWORDS = (params.KEYWORDS, params.KEYWORDS.removesuffix("[]"))
 
 
 class Adapter:
