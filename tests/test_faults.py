@@ -351,6 +351,41 @@ def test_sigterm_answers_what_no_worker_takes_before_the_grace_period_ends(
         proc.kill()
 
 
+def test_sigterm_ends_each_kept_alive_connection_after_an_answer_never_under_a_request(
+    tmp_path: Path,
+) -> None:
+    """A client between two requests on a kept-alive connection (as an SDK is) when the
+    frontend gets SIGTERM: the connection stays open, its next request is answered with
+    `Connection: close`, and then the frontend exits without waiting out the window.
+    Closing idle connections at once would race the client's next request: a reset
+    (seen in the e2e frontend rollout, through kube-proxy)."""
+    with serve(vllm_app(SERVED, Behaviour())) as worker:
+        routes, port = tmp_path / "routes.json", free_port()
+        write_routes(routes, [worker.url])
+        proc = run_frontend(routes, port, "--shutdown-grace", "10")
+        url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
+        try:
+            with httpx.Client(timeout=10) as http:
+
+                def post() -> httpx.Response:
+                    return http.post(url, files={"file": ("a.wav", WAV)}, data={"model": PRIMARY})
+
+                first = post()
+                assert first.status_code == 200 and "connection" not in first.headers
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(1.0)  # uvicorn alone closes idle connections within 0.1 s
+                last = post()  # on the same connection: a new one would be refused
+                stopped = time.monotonic()
+                assert last.status_code == 200 and last.json()["text"] == FIXTURE_TEXT
+                assert last.headers["connection"] == "close"
+                assert proc.wait(timeout=15) in (0, -signal.SIGTERM)
+                assert time.monotonic() - stopped < 3  # not the whole 5 s window
+                with pytest.raises(httpx.ConnectError):
+                    post()
+        finally:
+            proc.kill()
+
+
 def test_a_busy_scaler_port_stops_the_frontend_with_a_clear_error(tmp_path: Path) -> None:
     import socket
 

@@ -8,13 +8,16 @@ transcription-frontend --routes /etc/transcription/routes.json --discovery kuber
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .app import Gateway, create_app
 from .discovery import load_table
@@ -125,26 +128,76 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--shutdown-grace",
         type=positive_int,
         default=30,
-        help="on SIGTERM: seconds for requests in flight and held to finish (keep it below "
-        "the pod's terminationGracePeriodSeconds minus its preStop delay)",
+        help="on SIGTERM: seconds for requests in flight and held to finish, after up to 5 s in "
+        "which kept-alive connections end after an answer (keep both below the pod's "
+        "terminationGracePeriodSeconds minus its preStop delay)",
     )
     limits_args(p)
     return p.parse_args(argv)
 
 
-class Server(uvicorn.Server):
-    """uvicorn's server, telling the gateway when its graceful shutdown begins."""
+# After SIGTERM, how long kept-alive connections have to bring one more request, answered
+# with `Connection: close`, before the rest are closed (part of --shutdown-grace).
+KEEP_ALIVE_DRAIN = 5.0
 
-    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+
+class CloseWhenDraining:
+    """ASGI: once `on`, every response says `Connection: close` (uvicorn then closes the
+    connection after it), so that a client learns from an answer that a connection ends,
+    never from a reset under its next request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.on = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: Message) -> None:
+            if self.on and message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, with a graceful shutdown in two steps:
+    1. stop accepting, and let each kept-alive connection end after one more answer
+       (`KEEP_ALIVE_DRAIN` seconds at most; at once when none is idle): uvicorn alone
+       closes idle connections at once, which races a client's next request;
+    2. uvicorn's: requests in flight finish; the gateway answers what it holds a little
+       before the grace period ends, so that the answer still reaches the client."""
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway, drain: CloseWhenDraining) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self.closing = drain
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # Held requests are answered a little before the grace period ends, so that the
-        # answer still reaches the client before uvicorn cancels what is left.
         grace = self.config.timeout_graceful_shutdown or 0
         self.gateway.drain(max(grace - 1.0, grace / 2))
+        await self.end_keep_alive(min(KEEP_ALIVE_DRAIN, grace / 2))
         await super().shutdown(sockets)
+
+    async def end_keep_alive(self, seconds: float) -> None:
+        self.closing.on = True
+        for server in self.servers:
+            server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        # uvicorn signals no event for this: polled, as its own shutdown does
+        while loop.time() < deadline and any(_idle(c) for c in self.server_state.connections):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+def _idle(connection: Any) -> bool:
+    """Between two requests (uvicorn's own test, in its protocols' `shutdown`)."""
+    cycle = getattr(connection, "cycle", None)
+    return cycle is None or bool(cycle.response_complete)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         internal_port=args.internal_port or None,
         limits=limits,
     )
+    drain = CloseWhenDraining(create_app(gateway))
     config = uvicorn.Config(
-        create_app(gateway),
+        drain,
         host=args.host,
         port=args.port,
         log_level=args.log_level.lower(),
@@ -190,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=limits.idle_timeout,
         limit_concurrency=limits.max_connections,
     )
-    server = Server(config, gateway)
+    server = Server(config, gateway, drain)
     server.run()
     return 0 if server.started else 3  # 3: startup failed (uvicorn's code; logged above)
 

@@ -595,8 +595,9 @@ def frontend_deployment(
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
-        # preStop (5 s: endpoints drop it first) + the frontend's own drain on SIGTERM
-        # (--shutdown-grace, 30 s: requests in flight and held finish), with room to spare.
+        # preStop (5 s: endpoints drop it first) + the frontend's own drain on SIGTERM (up
+        # to 5 s: kept-alive connections end after an answer; then --shutdown-grace, 30 s:
+        # requests in flight and held finish), with room to spare.
         "terminationGracePeriodSeconds": 45,
     }
     return {
