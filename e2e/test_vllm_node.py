@@ -17,6 +17,7 @@ frontend's metrics show which pool answered each.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -122,6 +123,28 @@ def counter(kubectl: Kubectl, ns: str, name: str, *keys: str) -> dict[tuple[str,
                 key = tuple(labels[k] for k in keys)
                 out[key] = out.get(key, 0.0) + float(line.rpartition(" ")[2])
     return out
+
+
+def scaling_sample(kubectl: Kubectl, ns: str, t: float) -> str:
+    """One line: the pool's Deployment (desired/ready), its HPA (metric, desired) and the
+    frontends' in-flight and held gauges for it."""
+    dep = kubectl.run("get", "deployment", f"{NAME}-batch", "-n", ns, "-o", "json", check=False)
+    hpa = kubectl.run("get", "hpa", f"keda-hpa-{NAME}-batch", "-n", ns, "-o", "json", check=False)
+    line = f"t={t:5.0f}s"
+    if not dep.returncode:
+        d = json.loads(dep.stdout)
+        line += f" deployment {d['spec'].get('replicas')}/{d['status'].get('readyReplicas', 0)}"
+    if not hpa.returncode:
+        st = json.loads(hpa.stdout).get("status") or {}
+        current = [m.get("external", {}).get("current") for m in st.get("currentMetrics") or []]
+        line += f" hpa metric={current} desired={st.get('desiredReplicas')}"
+    try:
+        for name in ("in_flight_requests", "held_requests"):
+            got = counter(kubectl, ns, f"transcription_frontend_{name}", "pool")
+            line += f" {name}={got.get(('batch',), 0):g}"
+    except httpx.HTTPError as e:
+        line += f" frontend metrics: {e}"
+    return line
 
 
 def requests_by_pool(kubectl: Kubectl, ns: str) -> dict[tuple[str, ...], float]:
@@ -247,9 +270,18 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
         ]
         return ready if len(ready) == 2 else None
 
+    # What the scaling decisions rested on, every few seconds: shown when the test fails.
+    timeline: list[str] = []
+
+    def sample() -> None:
+        while time.monotonic() < stop:
+            timeline.append(scaling_sample(kubectl, namespace, time.monotonic() - started))
+            time.sleep(3)
+
     started = time.monotonic()
-    with ThreadPoolExecutor(4) as workers:
+    with ThreadPoolExecutor(5) as workers:
         futures = [workers.submit(keep_busy, i) for i in range(4)]
+        futures.append(workers.submit(sample))
         try:
             ready = wait_for(two_ready, timeout=540, what="a second ready vLLM replica")
             scaled = time.monotonic() - started
@@ -270,6 +302,6 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
     names = {p["metadata"]["name"] for p in ready}
     busy = {w for (pool, w), n in after.items() if pool == "batch" and n > before.get((pool, w), 0)}
     assert busy == names, (busy, names)
-    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["replicas"] == 2, "\n".join(["the pool's scaling, sampled:", *timeline])
     wait_for(lambda: len(pods(kubectl, namespace, "batch")) == 1 or None, timeout=300,
              what="the pool back at one replica once idle")  # fmt: skip

@@ -20,6 +20,13 @@ for _, c in ipairs(obj.status.conditions) do
   end
 end
 for _, c in ipairs(obj.status.conditions) do
+  if c.type == "Progressing" and c.status == "True" then
+    hs.status = "Progressing"
+    hs.message = c.message or c.reason
+    return hs
+  end
+end
+for _, c in ipairs(obj.status.conditions) do
   if c.type == "Ready" then
     if c.status == "True" then
       hs.status = "Healthy"

@@ -120,13 +120,14 @@ def condition(td: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def wait_ready(kubectl: Kubectl, ns: str, name: str, timeout: float = 90) -> dict[str, Any]:
-    """Wait until the resource's status is current and Ready=True; return it."""
+    """Wait until the resource's status is current, Ready=True and rolled out (Progressing
+    and Degraded False: Ready alone stays True while old replicas serve); return it."""
 
     def ready() -> dict[str, Any] | None:
         td = td_get(kubectl, ns, name)
-        c = condition(td, "Ready")
         current = (td.get("status") or {}).get("observedGeneration") == td["metadata"]["generation"]
-        return td if current and c.get("status") == "True" else None
+        done = [condition(td, t).get("status") for t in ("Ready", "Progressing", "Degraded")]
+        return td if current and done == ["True", "False", "False"] else None
 
     result: dict[str, Any] = wait_for(ready, timeout=timeout, what=f"{ns}/{name} to be Ready")
     return result

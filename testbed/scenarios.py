@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import testbed.cluster
+from testbed import images
 from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get, wait_for
 from testbed.load import Load, Outcome
 from testbed.operators import operator_in_cluster
+from transcription_operator.children import quantity
 
 NAME, POOL = "whisper-cpu", "cpu"
 RELEASE = "scaling-operator"
@@ -300,9 +302,66 @@ def operator_leader_killed(s: Scaling) -> Result:
     return result
 
 
+DEADLINE = 30  # the pool's progressDeadlineSeconds in stuck_rollout: short, to see it pass
+FILLER = "node-filler"
+
+
+def stuck_rollout(s: Scaling) -> Result:
+    """A rollout whose surge pod does not fit: the node is full (a pod takes the CPU left),
+    the old replica keeps serving. Status says so at each stage, while one client sends
+    requests throughout:
+    1. rolling: Ready=True RollingOut, Progressing=True Unschedulable (the scheduler's words);
+    2. past the pool's progressDeadlineSeconds: Degraded=True ProgressDeadlineExceeded,
+       Ready still True (serving on the old replica), Progressing=False;
+    3. the node freed (the filler deleted): the rollout goes on and finishes by itself:
+       Ready=True Ready, Progressing=False Complete, Degraded=False.
+    The pool has a fixed replica here (an autoscaler's count would move with the load).
+    `notes["stages"]`: each stage's conditions, as `kubectl describe` prints them."""
+    fixed = resource(replicas=1, progressDeadlineSeconds=DEADLINE)
+    fixed["spec"]["pools"][0].pop("autoscaling")
+    s.apply(fixed)
+    wait_for(lambda: _conditions(s, current=True)[:3] == [("True", "Ready"), ("False", "Complete"),
+             ("False", "AsExpected")], timeout=300, interval=1, what="the fixed pool rolled out")  # fmt: skip
+    stages: dict[str, list[str]] = {}
+
+    def at(stage: str, want: list[tuple[str, str]], timeout: float) -> None:
+        try:
+            wait_for(lambda: _conditions(s, current=True)[:3] == want, timeout=timeout,
+                     interval=1, what=f"stage {stage}: (Ready, Progressing, Degraded) = {want}")  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}; now: {_conditions(s, current=False)}") from None
+        stages[stage] = _describe(s)
+
+    def act() -> float:
+        old = {p["metadata"]["name"] for p in s.pods("worker")}
+        _fill_node(s, old)
+        try:
+            rolled = resource(replicas=1, progressDeadlineSeconds=DEADLINE,
+                              env=[{"name": "ROLLOUT", "value": str(time.time())}])  # fmt: skip
+            rolled["spec"]["pools"][0].pop("autoscaling")
+            start = time.monotonic()
+            s.apply(rolled)
+            at("rolling", [("True", "RollingOut"), ("True", "Unschedulable"),
+                           ("False", "AsExpected")], timeout=60)  # fmt: skip
+            at("past the deadline", [("True", "ProgressDeadlineExceeded"),
+                                     ("False", "ProgressDeadlineExceeded"),
+                                     ("True", "ProgressDeadlineExceeded")], timeout=DEADLINE + 90)  # fmt: skip
+            assert {p["metadata"]["name"] for p in s.pods("worker") if _all_ready([p])} == old
+        finally:
+            s.kubectl("delete", "pod", FILLER, "-n", s.namespace, "--wait=false")
+        at("node freed, rolled out", [("True", "Ready"), ("False", "Complete"),
+                                      ("False", "AsExpected")], timeout=300)  # fmt: skip
+        assert not ({p["metadata"]["name"] for p in s.pods("worker")} & old)
+        return time.monotonic() - start
+
+    result = _during(s, f"stuck rollout (full node, deadline {DEADLINE}s)", 1, act)
+    result.notes["stages"] = stages
+    return result
+
+
 EVENTS: list[Callable[[Scaling], Result]] = [
     cold_start, ramp_up, scale_down, pool_rollout, frontend_rollout, worker_killed,
-    frontend_deleted, operator_leader_killed, api_server_restarted,
+    frontend_deleted, operator_leader_killed, api_server_restarted, stuck_rollout,
 ]  # fmt: skip
 
 
@@ -339,6 +398,65 @@ def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
         timeout=120, interval=1, what=f"a ready {component} pod",
     )  # fmt: skip
     return pods[0]
+
+
+CONDITIONS = ("Ready", "Progressing", "Degraded")
+
+
+def _conditions(s: Scaling, current: bool) -> list[tuple[str, str]]:
+    """(status, reason) of Ready, Progressing and Degraded; [] while the status is not for
+    the current generation and `current` is asked."""
+    td = td_get(s.kubectl, s.namespace, NAME)
+    if (
+        current
+        and (td.get("status") or {}).get("observedGeneration") != td["metadata"]["generation"]
+    ):
+        return []
+    found = [condition(td, t) for t in CONDITIONS]
+    return [(c.get("status", "?"), c.get("reason", "?")) for c in found]
+
+
+def _describe(s: Scaling) -> list[str]:
+    """The conditions as a user reads them: 'Ready=True RollingOut: serving ...'."""
+    td = td_get(s.kubectl, s.namespace, NAME)
+    return [f"{t}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"
+            for t in CONDITIONS if (c := condition(td, t))]  # fmt: skip
+
+
+def _millicores(cpu: str) -> int:
+    return round(quantity(cpu) * 1000)
+
+
+def _fill_node(s: Scaling, on_node_of: set[str]) -> None:
+    """A pod (the sandbox image, doing nothing) requesting all the CPU still free on the
+    node the pool's pods run on, so that no more of them fits; once it runs."""
+    pod = s.kubectl.json("get", "pod", sorted(on_node_of)[0], "-n", s.namespace)
+    node_name = pod["spec"]["nodeName"]
+    node = s.kubectl.json("get", "node", node_name)
+    pods = s.kubectl.json("get", "pods", "-A", "--field-selector",
+                          f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed")  # fmt: skip
+    used = sum(
+        _millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+        for p in pods["items"] for c in p["spec"]["containers"]
+    )  # fmt: skip
+    free = _millicores(node["status"]["allocatable"]["cpu"]) - used
+    assert free >= 0, f"node {node_name}: {used}m of CPU requested already"
+    s.kubectl.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": FILLER},
+        "spec": {
+            "nodeName": node_name, "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "filler", "image": images.refs()["pause"], "imagePullPolicy": "Never",
+                "resources": {"requests": {"cpu": f"{free}m", "memory": "8Mi"},
+                              "limits": {"memory": "8Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                                    "runAsUser": 65535, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+            }],
+        },
+    }, s.namespace)  # fmt: skip
+    wait_for(lambda: s.kubectl.json("get", "pod", FILLER, "-n", s.namespace)["status"].get("phase") == "Running",
+             timeout=60, interval=1, what=f"the filler pod ({free}m CPU) running")  # fmt: skip
 
 
 def container_pid(pod: dict[str, Any]) -> int:

@@ -102,13 +102,14 @@ def deployment(
     generation: int = 1,
     observed: int = 1,
     updated: int | None = None,
+    total: int | None = None,  # old and new replicas (a surge: desired + 1)
 ) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "generation": generation},
         "spec": {"replicas": desired},
         "status": {
             "observedGeneration": observed,
-            "replicas": desired,
+            "replicas": desired if total is None else total,
             "updatedReplicas": desired if updated is None else updated,
             "readyReplicas": ready,
         },

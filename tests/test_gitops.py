@@ -53,6 +53,16 @@ def dep(name: str, replicas: int, ready: int) -> dict[str, Any]:
             "status": {"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas, "readyReplicas": ready}}  # fmt: skip
 
 
+def rolling(name: str, stuck: bool = False) -> dict[str, Any]:
+    """A rollout whose new replica is not ready while the old one serves (past its
+    progress deadline, when `stuck`)."""
+    d = dep(name, 1, 1)
+    d["status"].update(replicas=2, updatedReplicas=1)
+    if stuck:
+        d["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
+    return d
+
+
 SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
 
 
@@ -75,6 +85,13 @@ SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
                 {**SPEC, "engine": "transformers", "traffic": {"endpoints": ["chat"]}},
                 [dep("whisper-default", 1, 1), dep("whisper-frontend", 1, 1)],
             ),
+            "Degraded",
+        ),
+        # Rolling out while the old replica serves (Ready=True): Progressing, not Healthy;
+        # past the Deployment's progress deadline: Degraded.
+        (body(SPEC, [rolling("whisper-default"), dep("whisper-frontend", 1, 1)]), "Progressing"),
+        (
+            body(SPEC, [rolling("whisper-default", stuck=True), dep("whisper-frontend", 1, 1)]),
             "Degraded",
         ),
         # Every pool at 0 replicas serves nothing: not green (NoCapacity).

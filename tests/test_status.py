@@ -54,7 +54,50 @@ def test_ready_when_every_pool_and_the_frontend_are_rolled_out(
 
 def test_partially_ready_is_serving_but_rolling_out(vllm_td: TranscriptionDeployment) -> None:
     st = run(vllm_td, [deployment("whisper-batch", 2, 1), deployment("whisper-frontend", 2, 2)])
-    assert conditions(st)["Ready"] == ("False", "RollingOut")
+    assert conditions(st)["Ready"] == ("True", "RollingOut")
+    assert conditions(st)["Progressing"] == ("True", "RollingOut")
+    assert cond(st, "Ready")[2] == (
+        "serving every declared kind of request; waiting for pool batch 1/2 ready"
+    )
+
+
+def test_a_rollout_stuck_behind_old_replicas_is_ready_then_degraded_after_its_deadline(
+    vllm_td: TranscriptionDeployment,
+) -> None:
+    """The surge pod cannot be scheduled (a full node): the old replicas keep serving, so
+    Ready stays True; Progressing says why, in the scheduler's words; past the
+    Deployment's progressDeadlineSeconds, Degraded with ProgressDeadlineExceeded."""
+    rolling = deployment("whisper-batch", 2, 2, updated=1, total=3)
+    rolling["spec"]["progressDeadlineSeconds"] = 60
+    fe = deployment("whisper-frontend", 2, 2)
+    st = observe(vllm_td, [rolling, fe], pods_of("unschedulable", "batch", 1))
+    waiting = (
+        "waiting for pool batch 0/2 ready on the new spec, 2 old replicas serving, "
+        f"1 pod Unschedulable: {GPU_MESSAGE}"
+    )
+    assert cond(st, "Ready") == (
+        "True", "RollingOut", f"serving every declared kind of request; {waiting}"
+    )  # fmt: skip
+    assert cond(st, "Progressing") == ("True", "Unschedulable", waiting)
+    assert cond(st, "Reconciling") == ("True", "Unschedulable", waiting)
+    assert cond(st, "Degraded")[:2] == ("False", "AsExpected")
+
+    rolling["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
+    st = observe(vllm_td, [rolling, fe], pods_of("unschedulable", "batch", 1))
+    failed = (
+        "pool batch 0/2 ready on the new spec, 2 old replicas serving, 1 pod Unschedulable: "
+        f"{GPU_MESSAGE}: the rollout made no progress within its progressDeadlineSeconds (60s)"
+    )
+    assert cond(st, "Degraded") == ("True", "ProgressDeadlineExceeded", failed)
+    assert cond(st, "Stalled") == ("True", "ProgressDeadlineExceeded", failed)
+    assert cond(st, "Progressing") == ("False", "ProgressDeadlineExceeded", failed)
+    assert cond(st, "Ready") == (
+        "True", "ProgressDeadlineExceeded", f"serving every declared kind of request; {failed}"
+    )  # fmt: skip
+
+    # The same with nothing serving: not Ready.
+    st = observe(vllm_td, [rolling, deployment("whisper-frontend", 2, 0)], pods_of("unschedulable", "batch", 1))  # fmt: skip
+    assert cond(st, "Ready")[:2] == ("False", "ProgressDeadlineExceeded")
 
 
 def test_a_controller_that_has_not_seen_the_new_template_is_not_done(
@@ -149,7 +192,8 @@ def test_problems_found_by_the_reconciler_are_degraded(vllm_td: TranscriptionDep
         problems=[("SecretNotFound", "frontend.apiKeySecret: Secret speech/keys does not exist")],
     )
     assert conditions(st)["Degraded"] == ("True", "SecretNotFound")
-    assert conditions(st)["Progressing"] == ("False", "Failed")
+    assert conditions(st)["Progressing"] == ("False", "SecretNotFound")
+    assert conditions(st)["Ready"] == ("False", "SecretNotFound")
 
 
 def test_invalid_spec_status_is_stable_across_reconciles() -> None:
@@ -238,7 +282,7 @@ def test_unschedulable_pool_says_what_the_scheduler_said(vllm_td: TranscriptionD
     assert cond(st, "Ready") == ("False", "Unschedulable", expected)
     # Capacity may still come (an autoscaler): progressing, not failed -- until the
     # Deployment's own progress deadline passes.
-    assert cond(st, "Progressing") == ("True", "RollingOut", expected)
+    assert cond(st, "Progressing") == ("True", "Unschedulable", expected)
     assert cond(st, "Degraded")[0] == "False"
     nr = st.pools[0].not_ready
     assert nr is not None and (nr.reason, nr.pods, nr.message) == ("Unschedulable", 2, GPU_MESSAGE)
@@ -248,8 +292,9 @@ def test_unschedulable_pool_says_what_the_scheduler_said(vllm_td: TranscriptionD
     st = observe(
         vllm_td, [stuck, deployment("whisper-frontend", 2, 2)], pods_of("unschedulable", "batch", 2)
     )
-    assert cond(st, "Degraded") == ("True", "Unschedulable", f"pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}")  # fmt: skip
-    assert cond(st, "Ready")[:2] == ("False", "Unschedulable")
+    assert cond(st, "Degraded")[:2] == ("True", "ProgressDeadlineExceeded")
+    assert cond(st, "Degraded")[2].startswith(f"pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}: the rollout made no progress")  # fmt: skip
+    assert cond(st, "Ready")[:2] == ("False", "ProgressDeadlineExceeded")
 
 
 @pytest.mark.parametrize(
@@ -268,18 +313,28 @@ def test_unschedulable_pool_says_what_the_scheduler_said(vllm_td: TranscriptionD
 def test_each_pod_reason_reaches_ready_and_the_pool(
     vllm_td: TranscriptionDeployment, case: str, reason: str, failing: bool
 ) -> None:
+    # Nothing serves: the pods' reason is Ready's.
+    st = observe(
+        vllm_td,
+        [deployment("whisper-batch", 2, 0), deployment("whisper-frontend", 2, 2)],
+        pods_of(case, "batch", 1),
+    )
+    ready = cond(st, "Ready")
+    assert ready[:2] == ("False", reason)
+    assert ready[2].startswith(("pool batch 0/2 ready, 1 pod " + reason, "waiting for pool batch 0/2 ready, 1 pod " + reason))  # fmt: skip
+    assert cond(st, "Degraded")[0] == ("True" if failing else "False")
+    assert cond(st, "Progressing")[:2] == ("False" if failing else "True", reason)
+    nr = st.pools[0].not_ready
+    assert nr is not None and nr.reason == reason and nr.pods == 1
+    # One replica of the old spec serves: Ready, and the new pod's reason is the rollout's.
     st = observe(
         vllm_td,
         [deployment("whisper-batch", 2, 1, updated=1), deployment("whisper-frontend", 2, 2)],
         pods_of(case, "batch", 1),
     )
-    ready = cond(st, "Ready")
-    assert ready[:2] == ("False", reason)
-    assert ready[2].startswith(("pool batch 1/2 ready, 1 pod " + reason, "waiting for pool batch 1/2 ready, 1 pod " + reason))  # fmt: skip
-    assert cond(st, "Degraded")[0] == ("True" if failing else "False")
-    assert cond(st, "Progressing")[0] == ("False" if failing else "True")
-    nr = st.pools[0].not_ready
-    assert nr is not None and nr.reason == reason and nr.pods == 1
+    assert cond(st, "Ready")[:2] == ("True", reason if failing else "RollingOut")
+    assert cond(st, "Progressing")[:2] == ("False" if failing else "True", reason)
+    assert "pool batch 0/2 ready on the new spec, 1 old replica serving, 1 pod " + reason in cond(st, "Ready")[2]  # fmt: skip
 
 
 def test_the_frontend_says_why_too(vllm_td: TranscriptionDeployment) -> None:
@@ -439,7 +494,12 @@ def test_the_split_event_says_what_the_pool_costs() -> None:
 # --------------------------------------------------------------------------- consistency
 
 
+POOL_STATES = ["ready", "loading", "failing", "absent", "rolling", "stuck"]
+
+
 def _table_case(split: bool, covered: bool, pools: str) -> TranscriptionDeploymentStatus:
+    """`pools`: all ready; loading or crash-looping with none ready; not created; rolling
+    out (2 old replicas serve, the new one loads); stuck (the same, past the deadline)."""
     spec: dict[str, Any] = {
         "model": {"name": "m"},
         "pools": [{"name": "batch", "replicas": 2, "resources": {"gpus": 1}}],
@@ -450,20 +510,24 @@ def _table_case(split: bool, covered: bool, pools: str) -> TranscriptionDeployme
         spec["traffic"] = {"features": ["word_timestamps"]}
     td = make_td(spec)
     names = [f"whisper-{p.name}" for p in plan(td.spec).pools]
-    ready = {"ready": 2, "loading": 0, "failing": 0, "absent": 0}[pools]
+    ready = {"ready": 2, "loading": 0, "failing": 0, "absent": 0, "rolling": 2, "stuck": 2}[pools]
     deps = [] if pools == "absent" else [deployment(n, 2 if "batch" in n else 1, ready if "batch" in n else (1 if ready else 0)) for n in names]  # fmt: skip
+    if pools in ("rolling", "stuck"):
+        deps[0] = deployment(names[0], 2, 2, updated=1, total=3)
+        if pools == "stuck":
+            deps[0]["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
     deps.append(deployment("whisper-frontend", 1, 1))
     pods: tuple[list[dict[str, Any]], dict[str, Any]] = ([], {})
     if pools in ("loading", "failing"):
         pods = pods_of("startup-probe" if pools == "loading" else "crash-loop", "batch", 2)
+    elif pools in ("rolling", "stuck"):
+        pods = pods_of("startup-probe", "batch", 1)
     return observe(td, deps, pods)
 
 
 @pytest.mark.parametrize(
     ("split", "covered", "pools"),
-    list(
-        itertools.product([True, False], [True, False], ["ready", "loading", "failing", "absent"])
-    ),
+    list(itertools.product([True, False], [True, False], POOL_STATES)),
 )
 def test_conditions_never_contradict_each_other(split: bool, covered: bool, pools: str) -> None:
     st = _table_case(split, covered, pools)
@@ -479,12 +543,13 @@ def test_conditions_never_contradict_each_other(split: bool, covered: bool, pool
         c["Progressing"].status,
         c["Progressing"].reason,
     )
-    # Exactly one of ready, progressing, failed.
-    assert [status["Ready"], status["Progressing"], status["Degraded"]].count(True) == 1
+    # Exactly one of done, progressing, failed.
+    done = status["Ready"] and not status["Progressing"] and not status["Degraded"]
+    assert [done, status["Progressing"], status["Degraded"]].count(True) == 1
     if status["Degraded"]:
-        assert c["Ready"].reason == c["Degraded"].reason
-        assert c["Ready"].message.startswith(c["Degraded"].message)
-    if status["Ready"]:
+        assert c["Ready"].reason == c["Degraded"].reason == c["Progressing"].reason
+        assert c["Degraded"].message in c["Ready"].message
+    if done:
         assert st.ready_pools == f"{len(st.pools)}/{len(st.pools)}"
         assert all(p.not_ready is None for p in st.pools)
     # The split condition agrees with the spec and with Degraded.
@@ -500,7 +565,12 @@ def test_conditions_never_contradict_each_other(split: bool, covered: bool, pool
     assert uncovered == (not split and not covered)
     if c["AutoSplit"].reason == "NotNeeded":
         assert not uncovered
+    # Ready: whether a request of every declared kind would be served now (old replicas
+    # count), whatever the rollout's state.
+    assert status["Ready"] == (not uncovered and pools in ("ready", "rolling", "stuck"))
     # What the pods say decides the outcome when nothing else is wrong.
     if not uncovered:
-        expected = {"ready": "Ready", "loading": "StartupProbeFailing", "failing": "CrashLoopBackOff", "absent": "NotServing"}[pools]  # fmt: skip
+        expected = {"ready": "Ready", "loading": "StartupProbeFailing", "failing": "CrashLoopBackOff", "absent": "NotServing", "rolling": "RollingOut", "stuck": "ProgressDeadlineExceeded"}[pools]  # fmt: skip
         assert c["Ready"].reason == expected
+        if pools == "rolling":  # the new replica's reason
+            assert c["Progressing"].reason == "StartupProbeFailing"

@@ -39,6 +39,9 @@ MAX_POOLS = 8
 RESERVED_POOL_NAMES = ("frontend", "routes", "scaler")
 MAX_ALIASES = 16
 MAX_ENGINE_ARGS = 64
+# A worker has 30 minutes to load its weights (its startup probe, in the operator's
+# children.py); its rollout's default progress deadline leaves 5 more.
+WORKER_PROGRESS_DEADLINE = 35 * 60
 
 
 class _Model(BaseModel):
@@ -392,6 +395,14 @@ class PoolSpec(_Model):
     env: list[EnvVar] = Field(
         default_factory=list, description="Extra environment for the engine container."
     )
+    progress_deadline_seconds: int = Field(
+        default=WORKER_PROGRESS_DEADLINE,
+        ge=10,
+        le=86_400,
+        description="Seconds a rollout of the pool may go without progress before status "
+        "reports it failed (ProgressDeadlineExceeded, Degraded=True; the old replicas keep "
+        "serving). The default is above the 30 minutes a worker has to load its weights.",
+    )
 
 
 class AutoSplitSpec(_Model):
@@ -531,6 +542,14 @@ class FrontendSpec(_Model):
         default_factory=FrontendLimits,
         description="Limits against hostile clients: header size, count and timeout, body "
         "timeout and rate, whole body size, requests in flight, connections.",
+    )
+    progress_deadline_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86_400,
+        description="Seconds a rollout of the frontend may go without progress before "
+        "status reports it failed (ProgressDeadlineExceeded, Degraded=True; the old replicas "
+        "keep serving).",
     )
 
 

@@ -94,9 +94,9 @@ RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
 }
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # Loading weights can take many minutes: the startup probe allows 30 of them, and the
-# Deployment's progress deadline (after which status reports the rollout as stuck) more.
+# Deployment's default progress deadline (spec.pools[].progressDeadlineSeconds, after which
+# status reports the rollout as stuck) more.
 STARTUP_PERIOD, STARTUP_FAILURES = 10, 180
-WORKER_PROGRESS_DEADLINE = STARTUP_PERIOD * STARTUP_FAILURES + 300
 
 
 def resource_requirements(res: ResourcesSpec) -> dict[str, Any]:
@@ -149,13 +149,17 @@ QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
 MAX_THREADS = 256
 
 
+def quantity(text: str) -> float:
+    """A Kubernetes quantity's value ("500m" -> 0.5, "2Gi" -> 2147483648)."""
+    number = text.rstrip("kKMGTim")
+    return float(number) * QUANTITY_SUFFIXES.get(text[len(number) :], 1)
+
+
 def cpu_threads(cpu: str | None) -> int:
     """A CPU quantity rounded up to whole threads ("500m" -> 1, "2" -> 2); 0 when unset."""
     if not cpu:
         return 0
-    number = cpu.rstrip("kKMGTim")
-    value = float(number) * QUANTITY_SUFFIXES.get(cpu[len(number) :], 1)
-    return min(MAX_THREADS, max(1, math.ceil(value)))
+    return min(MAX_THREADS, max(1, math.ceil(quantity(cpu))))
 
 
 def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSettings:
@@ -290,7 +294,7 @@ def worker_deployment(
         "spec": {
             # An autoscaled pool's replicas belong to its autoscaler (KEDA's HPA): never set.
             **({} if p.autoscaling else {"replicas": p.replicas}),
-            "progressDeadlineSeconds": WORKER_PROGRESS_DEADLINE,
+            "progressDeadlineSeconds": p.progress_deadline_seconds,
             "selector": {"matchLabels": selector(td, "worker", pool.name)},
             # Never drop below the desired capacity during a rollout.
             "strategy": {
@@ -606,6 +610,7 @@ def frontend_deployment(
         "metadata": _meta(td, frontend_name(td), "frontend"),
         "spec": {
             "replicas": fe.replicas,
+            "progressDeadlineSeconds": fe.progress_deadline_seconds,
             "selector": {"matchLabels": selector(td, "frontend")},
             "strategy": {
                 "type": "RollingUpdate",

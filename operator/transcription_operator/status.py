@@ -9,15 +9,23 @@ Each condition carries `observedGeneration`; `lastTransitionTime` only moves whe
 status of the condition changes, so a steady resource gets an identical status and the
 operator writes nothing.
 
-The conditions never contradict each other. Exactly one of three states holds:
+`Ready` means "a request of every declared kind would be served now": a ready frontend,
+and for each kind a pool covering it with a ready replica, old or new (or one at zero,
+which wakes on demand). So it stays True while old replicas serve through a rollout,
+stuck or not, as a Deployment stays Available. The rest says where the rollout stands;
+exactly one of three states holds:
 - *failed* (something needs a human: a missing Secret, traffic no pool covers, no replica
   for a declared endpoint, a spec finding, pods that crash-loop or cannot pull their image,
-  a rollout past its progress deadline): Ready=False, Degraded=Stalled=True,
-  Progressing=Reconciling=False;
-- *progressing* (replicas are on their way; the pods' reason, such as Unschedulable or a
-  startup probe still failing, is Ready's reason): Ready=False, Degraded=Stalled=False,
-  Progressing=Reconciling=True;
-- *ready*: Ready=True, all four others False.
+  a rollout past its Deployment's progressDeadlineSeconds): Degraded=Stalled=True,
+  Progressing=Reconciling=False, all with the failure's reason. Ready=False, unless only
+  a rollout failed and the old replicas serve (Ready=True, with that reason);
+- *progressing* (replicas are on their way): Progressing=Reconciling=True, with the pods'
+  reason when they have one (Unschedulable, a startup probe still failing) and the
+  cluster's words; Degraded=Stalled=False; Ready=True (RollingOut) while serving, else
+  False with the pods' reason;
+- *done*: Ready=True, all four others False.
+Argo CD's health check (gitops/argocd-health.lua) and kstatus read the same: Progressing
+while rolling, Degraded after the deadline, Healthy when done.
 Ready's message names what is not ready and why, in the words the cluster used.
 """
 
@@ -49,6 +57,7 @@ T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
 ENDPOINTS = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS)
 # Not-ready reasons worth a Warning Event (the others, a model loading, are Normal).
 WARN = frozenset({"Unschedulable", "ProgressDeadlineExceeded"})
+SERVING = "serving every declared kind of request; "  # Ready=True's, while not done
 
 
 @dataclass
@@ -64,8 +73,21 @@ class Observed:
 @dataclass(frozen=True)
 class Rollout:
     desired: int
-    ready: int
+    ready: int  # old and new replicas alike: those serving now
     done: bool  # the controller has rolled out the current template to every replica
+    old: int = 0  # replicas of an older template, still there
+
+    def text(self, what: str) -> str:
+        """'pool cpu 0/1 ready' or, while old replicas serve, 'pool cpu 0/1 ready on the
+        new spec, 1 old replica serving'."""
+        if not self.old:
+            return f"{what} {self.ready}/{self.desired} ready"
+        new = max(0, self.ready - self.old)
+        serving = min(self.old, self.ready)
+        return (
+            f"{what} {new}/{self.desired} ready on the new spec, {serving} old "
+            f"replica{'s' if serving != 1 else ''} serving"
+        )
 
 
 def rollout(dep: dict[str, Any] | None, desired: int) -> Rollout:
@@ -82,7 +104,7 @@ def rollout(dep: dict[str, Any] | None, desired: int) -> Rollout:
         and ready >= desired
         and total <= desired  # old replicas are gone
     )
-    return Rollout(desired, ready, done)
+    return Rollout(desired, ready, done, old=max(0, total - updated) if current else 0)
 
 
 def desired_replicas(pool: PlannedPool, dep: dict[str, Any] | None) -> int:
@@ -196,16 +218,17 @@ class _Progress:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, what: str, r: Rollout, nr: NotReady | None, dep: dict[str, Any] | None) -> None:
-        text = f"{what} {r.ready}/{r.desired} ready"
+        text = r.text(what)
         if nr:
             text += f", {not_ready_text(nr)}"
-        stuck = progress_deadline_exceeded(dep)
-        if nr and (is_failing(nr.reason) or stuck):
-            self.failed.append((nr.reason, text))
-        elif stuck:
+        if progress_deadline_exceeded(dep):
+            deadline = (dep or {}).get("spec", {}).get("progressDeadlineSeconds")
+            within = f" within its progressDeadlineSeconds ({deadline}s)" if deadline else ""
             self.failed.append(
-                ("ProgressDeadlineExceeded", text + ": the rollout made no progress in time")
+                ("ProgressDeadlineExceeded", f"{text}: the rollout made no progress{within}")
             )
+        elif nr and is_failing(nr.reason):
+            self.failed.append((nr.reason, text))
         else:
             self.waiting.append((nr.reason if nr else None, text))
 
@@ -270,34 +293,37 @@ def compute_status(
         problems.append(("TrafficNotCovered", missing + hint))
     problems += findings(td.spec)
     problems += no_capacity(td, the_plan)
+    serving = not problems and _serving(td, the_plan, pools, asleep, fe.ready)
     problems += progress.failed
-    # Serving needs a ready frontend and a pool with a ready replica, or one that wakes
-    # on demand (the frontend holds requests meanwhile).
-    serving = fe.ready > 0 and (any(p.ready_replicas > 0 for p in pools) or bool(asleep))
 
     def cond(type_: str, status: ConditionStatus, reason: str, message: str) -> Condition:
         return _condition(type_, status, reason, message, generation, previous, now)
 
     waiting_msg = "waiting for " + "; ".join(t for _, t in progress.waiting)
+    still = f"; {waiting_msg}" if progress.waiting else ""
     conditions: list[Condition]
     if problems:
         reason, _ = problems[0]
         msg = "; ".join(m for _, m in problems)
         conditions = [
-            cond("Ready", F, reason, msg + (f"; {waiting_msg}" if progress.waiting else "")),
+            cond("Ready", T, reason, SERVING + msg + still)
+            if serving
+            else cond("Ready", F, reason, msg + still),
             cond("Degraded", T, reason, msg),
             cond("Stalled", T, reason, msg),
-            cond("Progressing", F, "Failed", ""),
-            cond("Reconciling", F, "Failed", ""),
+            cond("Progressing", F, reason, msg),
+            cond("Reconciling", F, reason, msg),
         ]
     elif progress.waiting:
-        why = next((r for r, _ in progress.waiting if r), None)
+        why = next((r for r, _ in progress.waiting if r), None) or "RollingOut"
         conditions = [
-            cond("Ready", F, why or ("RollingOut" if serving else "NotServing"), waiting_msg),
+            cond("Ready", T, "RollingOut", SERVING + waiting_msg)
+            if serving
+            else cond("Ready", F, why if why != "RollingOut" else "NotServing", waiting_msg),
             cond("Degraded", F, "AsExpected", ""),
             cond("Stalled", F, "AsExpected", ""),
-            cond("Progressing", T, "RollingOut", waiting_msg),
-            cond("Reconciling", T, "RollingOut", waiting_msg),
+            cond("Progressing", T, why, waiting_msg),
+            cond("Reconciling", T, why, waiting_msg),
         ]
     else:
         ready_reason, ready_msg = "Ready", f"{ready_pools} pool(s) and the frontend are ready"
@@ -329,6 +355,23 @@ def compute_status(
         worker_replicas=f"{ready}/{desired}",
         endpoint=endpoint_url(td, cfg),
         models=td.spec.model.served_names,
+    )
+
+
+def _serving(
+    td: TranscriptionDeployment,
+    the_plan: Plan,
+    pools: list[PoolStatus],
+    asleep: list[str],
+    frontends_ready: int,
+) -> bool:
+    """Whether a request of every declared kind would be served now: a ready frontend, and
+    for each kind a pool that covers it with a ready replica (old or new), or asleep at
+    zero (it wakes on demand; the frontend holds the request meanwhile)."""
+    ready = {p.name for p in pools if p.ready_replicas > 0} | set(asleep)
+    return frontends_ready > 0 and all(
+        any(p.name in ready for p in the_plan.pools if p.capabilities.covers(need))
+        for need in traffic_needs(td.spec.traffic.endpoints, td.spec.traffic.features)
     )
 
 
