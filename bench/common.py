@@ -46,6 +46,16 @@ class Proc:
                 time.sleep(0.2)
         raise SystemExit(f"{name} did not become healthy")
 
+    def log_size(self) -> int:
+        self.log.flush()
+        return (RESULTS / f"{self.name}.log").stat().st_size
+
+    def log_since(self, offset: int) -> str:
+        """What the process logged after `offset` bytes."""
+        with (RESULTS / f"{self.name}.log").open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+
     def rss_kib(self) -> int:
         return _status_kib(self.proc.pid, "VmRSS")
 

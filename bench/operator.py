@@ -75,27 +75,44 @@ def ready_count(ns: str, reason: str = "Ready") -> int:
     return n
 
 
+def by_label(
+    before: dict[str, float], after: dict[str, float], metric: str, label: str
+) -> dict[str, float]:
+    """How much each series of a counter grew, by one label's value (those that grew)."""
+    out = {}
+    for k, v in after.items():
+        if k.startswith(metric + "{") and f'{label}="' in k and v - before.get(k, 0.0):
+            out[k.split(f'{label}="', 1)[1].split('"', 1)[0]] = v - before.get(k, 0.0)
+    return out
+
+
 def quiet(op: Proc) -> dict[str, Any]:
-    """API requests and reconciles while nobody changes anything."""
-    before = metrics(METRICS)
+    """API requests, reconciles (and what asked for them) and status writes (and what they
+    changed, from the operator's log) while nobody changes anything."""
+    before, logged = metrics(METRICS), op.log_size()
     time.sleep(QUIET_SECONDS)
     after = metrics(METRICS)
+    changed: dict[str, int] = {}
+    for line in op.log_since(logged).splitlines():
+        if " changed" in line and ": status of " in line:
+            for path in line.split(": ", 2)[-1].removesuffix(" changed").split(", "):
+                changed[path] = changed.get(path, 0) + 1
 
     def delta(prefix: str) -> float:
         return total(after, prefix) - total(before, prefix)
 
     return {
+        "quiet_reconciles_asked_by": by_label(
+            before, after, "transcription_operator_enqueued_total", "by"
+        ),
+        "quiet_status_changes": changed,
         "quiet_api_requests_per_s": delta("transcription_operator_api_requests_total")
         / QUIET_SECONDS,
         "quiet_reconciles_per_s": delta("transcription_operator_reconciles_total") / QUIET_SECONDS,
         # Which requests, if any: GET (reads, lists) or writes, by verb.
-        "quiet_api_requests_by_verb": {
-            k.split('verb="', 1)[1].split('"', 1)[0]: after[k] - before.get(k, 0.0)
-            for k in after
-            if k.startswith("transcription_operator_api_requests_total{")
-            and 'verb="' in k
-            and after[k] - before.get(k, 0.0)
-        },
+        "quiet_api_requests_by_verb": by_label(
+            before, after, "transcription_operator_api_requests_total", "verb"
+        ),
         "pods_watched": after.get('transcription_operator_managed_resources{kind="Pod"}', 0.0),
         "events_watched": after.get('transcription_operator_managed_resources{kind="Event"}', 0.0),
     }
@@ -135,7 +152,11 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
                          - before.get('transcription_operator_api_requests_total{verb="GET"}', 0))  # fmt: skip
     say(f"    N={n}: quiet window of {QUIET_SECONDS:.0f}s")
     calm = quiet(op)
-    say(f"    N={n}: quiet window requests by verb: {calm['quiet_api_requests_by_verb'] or 'none'}")
+    say(
+        f"    N={n}: quiet window requests by verb: {calm['quiet_api_requests_by_verb'] or 'none'}; "
+        f"reconciles asked by: {calm['quiet_reconciles_asked_by'] or 'nothing'}; "
+        f"status changes: {calm['quiet_status_changes'] or 'none'}"
+    )
     result = {
         "scenario": want,
         "resources": n,
@@ -168,7 +189,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "wait", "--for=condition=Established", "crd/transcriptiondeployments.transcription.dev"
     )
     op = Proc([PY, "-m", "transcription_operator.main", "--kubeconfig", str(testbed.cluster.KUBECONFIG),
-               "--metrics-port", str(METRICS), "--health-port", str(HEALTH), "--log-level", "WARNING"],
+               "--metrics-port", str(METRICS), "--health-port", str(HEALTH), "--log-level", "INFO"],
               f"http://127.0.0.1:{HEALTH}/healthz", "operator")  # fmt: skip
     rows = []
     try:

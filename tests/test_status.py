@@ -10,7 +10,7 @@ from testkit.operator import CFG, T0, T1, conditions, deployment, run
 from testkit.resources import make_td
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 from transcription_operator.plan import plan
-from transcription_operator.status import Observed, compute_status, status_body
+from transcription_operator.status import Observed, compute_status, status_body, status_changes
 
 
 def with_status(
@@ -574,3 +574,34 @@ def test_conditions_never_contradict_each_other(split: bool, covered: bool, pool
         assert c["Ready"].reason == expected
         if pools == "rolling":  # the new replica's reason
             assert c["Progressing"].reason == "StartupProbeFailing"
+
+
+def test_status_changes_name_the_paths_that_moved() -> None:
+    old = {"conditions": [{"type": "Ready", "status": "False", "message": "a"}],
+           "pools": [{"name": "cpu", "readyReplicas": 0}], "readyPools": "0/1"}  # fmt: skip
+    new = {"conditions": [{"type": "Ready", "status": "False", "message": "b"}],
+           "pools": [{"name": "cpu", "readyReplicas": 1}, {"name": "gpu"}], "readyPools": "0/1"}  # fmt: skip
+    assert status_changes(old, new) == [
+        "conditions[Ready].message", "pools[cpu].readyReplicas", "pools[gpu]",
+    ]  # fmt: skip
+    assert status_changes(new, new) == []
+    assert status_changes({}, {"observedGeneration": 2}) == ["observedGeneration"]
+
+
+def test_a_frontend_rollout_stuck_behind_its_old_replica_reads_the_same(
+    vllm_td: TranscriptionDeployment,
+) -> None:
+    batch = deployment("whisper-batch", 2, 2)
+    fe = deployment("whisper-frontend", 2, 2, updated=1, total=3)
+    pods, events = pods_of("unschedulable", "x", 1)
+    for p in pods:
+        p["metadata"]["labels"]["app.kubernetes.io/component"] = "frontend"
+        del p["metadata"]["labels"]["transcription.dev/pool"]
+    st = observe(vllm_td, [batch, fe], (pods, events))
+    assert conditions(st)["Ready"] == ("True", "RollingOut")
+    assert conditions(st)["Progressing"] == ("True", "Unschedulable")
+    assert "frontend 0/2 ready on the new spec, 2 old replicas serving" in cond(st, "Ready")[2]
+    fe["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
+    st = observe(vllm_td, [batch, fe], (pods, events))
+    assert conditions(st)["Degraded"] == ("True", "ProgressDeadlineExceeded")
+    assert conditions(st)["Ready"] == ("True", "ProgressDeadlineExceeded")

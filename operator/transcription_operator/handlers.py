@@ -101,7 +101,7 @@ def queue_depth(**_: Any) -> int:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     obj = manager.remember(KIND, API_VERSION, event.get("type"), body)
-    manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+    manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
 
 
 def _register_child(kind: Kind) -> None:
@@ -112,7 +112,7 @@ def _register_child(kind: Kind) -> None:
         obj = manager.remember(kind.kind, kind.api_version, event.get("type"), body)
         instance = instance_of(obj)
         if instance:
-            manager.enqueue((obj["metadata"]["namespace"], instance))
+            manager.enqueue((obj["metadata"]["namespace"], instance), kind.kind)
 
     child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(
@@ -132,7 +132,7 @@ for _kind in CHILDREN:
 async def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     key = manager.remember_pod(dict(body), deleted=event.get("type") == "DELETED")
     if key:
-        manager.enqueue(key)
+        manager.enqueue(key, "Pod")
 
 
 @kopf.on.event("", "v1", "events", id="watch-pod-events")
@@ -142,4 +142,4 @@ async def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> 
         return  # the field selector already keeps these out; a list without it might not
     key = manager.remember_pod_event(obj, deleted=event.get("type") == "DELETED")
     if key:
-        manager.enqueue(key)
+        manager.enqueue(key, "Event")

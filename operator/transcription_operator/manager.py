@@ -139,7 +139,7 @@ def _started_leading() -> None:
     metrics.LEADER.set(1)
     RUNTIME.leading.set()
     for ns, name in RUNTIME.cache.keys(KIND):
-        RUNTIME.queue.add((ns, name))
+        enqueue((ns, name), "leader")
 
 
 def _stopped_leading() -> None:
@@ -163,9 +163,11 @@ async def _hand_over(election: LeaderElection) -> None:
 # --------------------------------------------------------------------------- watch events
 
 
-def enqueue(key: tuple[str, str]) -> None:
-    """Ask for a reconcile of the resource (namespace, name)."""
-    RUNTIME.queue.add(key)
+def enqueue(key: tuple[str, str], by: str, delay: float = 0.0) -> None:
+    """Ask for a reconcile of the resource (namespace, name); `by` says what asked (a kind
+    whose watch event it is, "requeue", "resync", ...: the metric's label)."""
+    metrics.ENQUEUED.labels(by=by).inc()
+    RUNTIME.queue.add(key, delay=delay)
 
 
 def queue_depth() -> int:
@@ -252,7 +254,7 @@ async def _reconcile(key: tuple[str, str]) -> None:
     if result.writes:
         log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
     if result.requeue_after:
-        RUNTIME.queue.add(key, delay=result.requeue_after)
+        enqueue(key, "requeue", delay=result.requeue_after)
 
 
 # --------------------------------------------------------------------------- relister
@@ -292,7 +294,7 @@ async def _relister(kube: Kube) -> None:
             await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
         except TimeoutError:
             for key in RUNTIME.cache.keys(KIND):
-                RUNTIME.queue.add(key)
+                enqueue(key, "resync")
             continue
         while RUNTIME.relist_wanted.is_set():  # until the listings settle
             RUNTIME.relist_wanted.clear()
@@ -307,4 +309,4 @@ async def _relister(kube: Kube) -> None:
         if keys:
             log.info("relisted: %d resources changed while not watched", len(keys))
         for key in keys:
-            RUNTIME.queue.add(key)
+            enqueue(key, "relist")

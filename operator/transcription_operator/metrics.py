@@ -24,6 +24,13 @@ MANAGED = Gauge(
     "Objects the operator manages, by kind (TranscriptionDeployment and its children).",
     ["kind"],
 )
+ENQUEUED = Counter(
+    "transcription_operator_enqueued_total",
+    "Reconciles asked for (before deduplication), by what asked: a watch event of a kind "
+    "(TranscriptionDeployment, a child kind, Pod, Event), a requeue, the periodic resync, "
+    "a relist, or this replica starting to lead.",
+    ["by"],
+)
 QUEUE_DEPTH = Gauge("transcription_operator_queue_depth", "Resources waiting for a reconcile.")
 LEADER = Gauge(
     "transcription_operator_leader",

@@ -25,7 +25,14 @@ from .kinds import CHILD_KIND_NAMES, KINDS
 from .kube import Kube, KubeError
 from .names import MANAGED_BY_LABEL, PART_OF, POOL_LABEL
 from .plan import plan
-from .status import Observed, compute_status, invalid_spec_status, status_body, status_events
+from .status import (
+    Observed,
+    compute_status,
+    invalid_spec_status,
+    status_body,
+    status_changes,
+    status_events,
+)
 
 log = logging.getLogger(__name__)
 LOADING_RECHECK = 60.0
@@ -155,6 +162,8 @@ class Reconciler:
         old = body.get("status") or {}
         new = status_body(status)
         if _without_kopf(old) != new:
+            log.info("status of %s/%s: %s changed", meta["namespace"], meta["name"],
+                     ", ".join(status_changes(_without_kopf(old), new)))  # fmt: skip
             stored = self.kube.patch_status(meta["namespace"], meta["name"], new)
             writes += 1
             writes += self._events(body, old, new)

@@ -448,6 +448,35 @@ def status_events(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, s
     return out
 
 
+def status_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The paths that differ between two status bodies, list items named by their `type`
+    or `name`: ['conditions[Ready].message', 'pools[cpu].readyReplicas']. What a status
+    write changed, for the log."""
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if (
+            isinstance(a, list)
+            and isinstance(b, list)
+            and all(isinstance(x, dict) for x in (*a, *b))
+        ):
+            a, b = _keyed(a), _keyed(b)
+            path += "[]"
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                sub = f"{path[:-2]}[{k}]" if path.endswith("[]") else f"{path}.{k}" if path else k
+                walk(a.get(k), b.get(k), sub)
+        elif a != b:
+            out.append(path)
+
+    walk(old, new, "")
+    return out
+
+
+def _keyed(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {str(x.get("type") or x.get("name") or i): x for i, x in enumerate(items)}
+
+
 def invalid_spec_status(
     body: dict[str, Any], reason: str, message: str, now: str
 ) -> TranscriptionDeploymentStatus:
