@@ -93,7 +93,7 @@ def test_a_stuck_rollout_is_ready_then_degraded_and_finishes_once_the_node_has_r
     """Last: it leaves the pool with a fixed replica. Each stage's conditions are asserted
     inside the scenario; here, that no request failed through all of them."""
     result = scenarios.stuck_rollout(scaling)
-    for stage, lines in result.notes["stages"].items():
+    for stage, lines in result.notes.pop("stages").items():
         print(f"\n[{stage}]\n  " + "\n  ".join(lines))
     no_failures(result)
     assert len([o for o in result.outcomes if o.ok]) >= 10  # served throughout, not a few

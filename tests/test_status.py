@@ -85,8 +85,8 @@ def test_a_rollout_stuck_behind_old_replicas_is_ready_then_degraded_after_its_de
     rolling["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]  # fmt: skip
     st = observe(vllm_td, [rolling, fe], pods_of("unschedulable", "batch", 1))
     failed = (
-        "pool batch 0/2 ready on the new spec, 2 old replicas serving, 1 pod Unschedulable: "
-        f"{GPU_MESSAGE}: the rollout made no progress within its progressDeadlineSeconds (60s)"
+        "rollout stuck past its progressDeadlineSeconds (60s): pool batch 0/2 ready on the "
+        f"new spec, 2 old replicas serving, 1 pod Unschedulable: {GPU_MESSAGE}"
     )
     assert cond(st, "Degraded") == ("True", "ProgressDeadlineExceeded", failed)
     assert cond(st, "Stalled") == ("True", "ProgressDeadlineExceeded", failed)
@@ -293,7 +293,7 @@ def test_unschedulable_pool_says_what_the_scheduler_said(vllm_td: TranscriptionD
         vllm_td, [stuck, deployment("whisper-frontend", 2, 2)], pods_of("unschedulable", "batch", 2)
     )
     assert cond(st, "Degraded")[:2] == ("True", "ProgressDeadlineExceeded")
-    assert cond(st, "Degraded")[2].startswith(f"pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}: the rollout made no progress")  # fmt: skip
+    assert cond(st, "Degraded")[2] == f"rollout stuck past its deadline: pool batch 0/2 ready, 2 pods Unschedulable: {GPU_MESSAGE}"  # fmt: skip
     assert cond(st, "Ready")[:2] == ("False", "ProgressDeadlineExceeded")
 
 

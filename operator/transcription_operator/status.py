@@ -223,10 +223,8 @@ class _Progress:
             text += f", {not_ready_text(nr)}"
         if progress_deadline_exceeded(dep):
             deadline = (dep or {}).get("spec", {}).get("progressDeadlineSeconds")
-            within = f" within its progressDeadlineSeconds ({deadline}s)" if deadline else ""
-            self.failed.append(
-                ("ProgressDeadlineExceeded", f"{text}: the rollout made no progress{within}")
-            )
+            past = f"its progressDeadlineSeconds ({deadline}s)" if deadline else "its deadline"
+            self.failed.append(("ProgressDeadlineExceeded", f"rollout stuck past {past}: {text}"))
         elif nr and is_failing(nr.reason):
             self.failed.append((nr.reason, text))
         else:
