@@ -63,13 +63,20 @@ def total(m: dict[str, float], prefix: str) -> float:
 
 
 def ready_count(ns: str, reason: str = "Ready") -> int:
-    """Resources whose Ready condition (for the current generation) has this reason."""
+    """Resources settled where they can: Ready's reason (for the current generation) is
+    this one, and the frontend is ready (an Unschedulable pool's frontend still starts:
+    until it is ready, its status has more to say)."""
     items = json.loads(testbed.cluster.kubectl("get", "tdeploy", "-n", ns, "-o", "json"))["items"]
     n = 0
     for td in items:
         st = td.get("status") or {}
-        if st.get("observedGeneration") == td["metadata"]["generation"] and any(
-            c["type"] == "Ready" and c["reason"] == reason for c in st.get("conditions", [])
+        if (
+            st.get("observedGeneration") == td["metadata"]["generation"]
+            and any(
+                c["type"] == "Ready" and c["reason"] == reason for c in st.get("conditions", [])
+            )
+            and (st.get("frontend") or {}).get("readyReplicas")
+            == td["spec"]["frontend"]["replicas"]
         ):
             n += 1
     return n
@@ -211,4 +218,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             r["quiet_reconciles_per_s"], r["quiet_api_requests_per_s"]] for r in rows])  # fmt: skip
     result = {"runs": rows}
     write("operator", result)
+    # Nothing changes in the quiet window: the operator writes nothing and asks nothing.
+    noisy = [f"{r['scenario']} N={r['resources']}: {r['quiet_api_requests_by_verb']}, status "
+             f"changes {r['quiet_status_changes']}" for r in rows if r["quiet_api_requests_by_verb"]]  # fmt: skip
+    if noisy:
+        raise SystemExit("API requests in a quiet window (expected none): " + "; ".join(noisy))
     return result

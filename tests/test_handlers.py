@@ -236,3 +236,38 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         await asyncio.gather(relister, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_the_echo_of_the_operators_own_write_asks_for_no_reconcile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reconciler caches what the API server answered to its write; the watch then
+    delivers that same version: no news, no reconcile. A newer version, a deletion or a
+    listing is news; an older version (a late event) is not."""
+
+    async def main() -> None:
+        rt = manager.Runtime()
+        monkeypatch.setattr(manager, "RUNTIME", rt)
+
+        def version(rv: str) -> dict[str, Any]:
+            return {**td("w"), "metadata": {**td("w")["metadata"], "uid": "u", "resourceVersion": rv}}  # fmt: skip
+
+        def asked() -> dict[str, float]:
+            return {KIND: metrics.ENQUEUED.labels(by=KIND)._value.get()}
+
+        rt.cache.put(version("5"))  # the operator's own status write, as the server stored it
+        before = asked()
+        for event, rv in (("MODIFIED", "5"), ("MODIFIED", "4")):  # the echo, a late event
+            await handlers.resource_event(event={"type": event}, body=version(rv))  # type: ignore[arg-type]
+        assert asked() == before and rt.queue.depth == 0
+        await handlers.resource_event(event={"type": "MODIFIED"}, body=version("6"))  # type: ignore[arg-type]
+        await handlers.resource_event(event={"type": None}, body=version("6"))  # type: ignore[arg-type]
+        assert asked()[KIND] == before[KIND] + 2 and rt.queue.depth == 1  # one key, deduplicated
+        # Children alike: the applied object, cached from the answer, then its echo.
+        svc = child("Service", "w", "w")
+        rt.cache.put(svc)
+        assert manager.remember("Service", "v1", "MODIFIED", svc)[1] is False
+        newer = {**svc, "metadata": {**svc["metadata"], "resourceVersion": "2"}}
+        assert manager.remember("Service", "v1", "MODIFIED", newer)[1] is True
+
+    asyncio.run(main())

@@ -40,11 +40,13 @@ class Cache:
         self._dropped: dict[Key, int] = {}
         self._lock = threading.Lock()
 
-    def put(self, obj: dict[str, Any]) -> None:
+    def put(self, obj: dict[str, Any]) -> bool:
         """Remember an object, unless the cache already holds a newer version of it (a watch
-        event can arrive after the answer to the operator's own, later, write)."""
+        event can arrive after the answer to the operator's own, later, write). Returns
+        whether it is news: False for a version the cache holds already (the watch's echo
+        of the operator's own write) or an older one."""
         with self._lock:
-            self._put(obj)
+            return self._put(obj)
 
     def _put(self, obj: dict[str, Any]) -> bool:
         m = obj["metadata"]

@@ -100,8 +100,9 @@ def queue_depth(**_: Any) -> int:
 # thread-safe). Each only records the object and queues a key.
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    obj = manager.remember(KIND, API_VERSION, event.get("type"), body)
-    manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
+    obj, news = manager.remember(KIND, API_VERSION, event.get("type"), body)
+    if news:
+        manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
 
 
 def _register_child(kind: Kind) -> None:
@@ -109,9 +110,9 @@ def _register_child(kind: Kind) -> None:
     plural = kind.plural
 
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj = manager.remember(kind.kind, kind.api_version, event.get("type"), body)
+        obj, news = manager.remember(kind.kind, kind.api_version, event.get("type"), body)
         instance = instance_of(obj)
-        if instance:
+        if instance and news:
             manager.enqueue((obj["metadata"]["namespace"], instance), kind.kind)
 
     child_event.__name__ = f"{kind.kind.lower()}_event"

@@ -176,11 +176,14 @@ def queue_depth() -> int:
 
 def remember(
     kind: str, api_version: str, event_type: str | None, body: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Record a resource or a child as a watch delivered it; returns the cached object."""
+) -> tuple[dict[str, Any], bool]:
+    """Record a resource or a child as a watch delivered it; returns the object, and
+    whether it is news: not the echo of a version the cache holds already (the operator's
+    own write, cached from the API server's answer), which asks for no reconcile."""
     obj = copy.deepcopy(dict(body))
     obj["kind"], obj["apiVersion"] = kind, api_version
     meta = obj["metadata"]
+    news = True
     if event_type is None:
         # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
         # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
@@ -188,9 +191,9 @@ def remember(
     if event_type == "DELETED":
         RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
     else:
-        RUNTIME.cache.put(obj)
+        news = RUNTIME.cache.put(obj) or event_type is None
     metrics.MANAGED.labels(kind=kind).set(RUNTIME.cache.count(kind))
-    return obj
+    return obj, news
 
 
 def remember_pod(pod: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
