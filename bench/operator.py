@@ -93,6 +93,21 @@ def by_label(
     return out
 
 
+def idle(seconds: float = 3.0, timeout: float = 180.0) -> None:
+    """Until the operator has reconciled nothing for `seconds`: what the last scenario's
+    teardown queued (hundreds of deletions) is done before the next measurement starts."""
+    deadline = time.monotonic() + timeout
+    last, since = -1.0, time.monotonic()
+    while time.monotonic() < deadline:
+        now = total(metrics(METRICS), "transcription_operator_reconciles_total")
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"the operator kept reconciling for {timeout:.0f}s with nothing changing")
+
+
 def quiet(op: Proc) -> dict[str, Any]:
     """API requests, reconciles (and what asked for them) and status writes (and what they
     changed, from the operator's log) while nobody changes anything."""
@@ -131,6 +146,7 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
     # Simulated pods (KWOK): hundreds of them, which the real node could not run.
     testbed.cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": ns, "annotations": testbed.cluster.SIMULATED_NAMESPACE_ANNOTATIONS}}))  # fmt: skip
+    idle()
     before, cpu0 = metrics(METRICS), op.cpu_seconds()
     op.reset_peak()
     start = time.monotonic()
@@ -147,7 +163,7 @@ def measure(op: Proc, n: int, unschedulable: bool = False) -> dict[str, Any]:
             say(f"    N={n}: {ready}/{n} {want} after {time.monotonic() - start:.1f}s")
             last = ready
     elapsed = time.monotonic() - start
-    time.sleep(2)  # let the last status writes land
+    idle()  # the last status writes and their echoes
     after = metrics(METRICS)
     reconciles = total(after, "transcription_operator_reconciles_total") - total(
         before, "transcription_operator_reconciles_total"

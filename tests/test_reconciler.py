@@ -5,6 +5,7 @@ cluster: e2e/test_operator.py runs the same code against the real API server).""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -111,6 +112,31 @@ def test_a_refused_child_degrades_and_waits_for_a_new_spec() -> None:
     assert "whisper-batch: spec.template.spec.affinity: Invalid value" in degraded["message"]
     assert ("Warning", "ApplyFailed") in w.kube.events
     assert result.outcome == "degraded"
+
+
+TERMINATING = json.dumps({
+    "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+    "message": 'deployments.apps "whisper-batch" is forbidden: unable to create new content '
+               "in namespace speech because it is being terminated",
+    "details": {"name": "whisper-batch", "kind": "deployments", "causes": [{
+        "reason": "NamespaceTerminating", "field": "metadata.namespace",
+        "message": "namespace speech is being terminated"}]},
+})  # fmt: skip
+
+
+def test_a_namespace_being_deleted_gets_no_status_and_no_event() -> None:
+    """Its children go first: re-applying one is refused (the API server's cause
+    NamespaceTerminating), and the resource follows them; nothing is reported."""
+    w = World(SPEC)
+    w.kube.refuse["whisper-batch"] = KubeError(403, "Forbidden", TERMINATING)
+    assert w.reconcile().outcome == "gone"
+    assert ("status", "whisper") not in w.kube.writes and not w.kube.events
+    # Any other 403 is a refusal the user must see.
+    other = KubeError(403, "Forbidden", '{"message": "forbidden by policy"}')
+    assert not other.namespace_terminating
+    w.kube.refuse["whisper-batch"] = other
+    w.reconcile()
+    assert w.condition("Degraded")["reason"] == "ApplyFailed"
 
 
 def test_a_transient_failure_is_reported_then_retried() -> None:

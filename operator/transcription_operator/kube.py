@@ -31,6 +31,18 @@ class KubeError(Exception):
             self.message = body
         super().__init__(f"{status} {reason}: {self.message}")
 
+    @property
+    def namespace_terminating(self) -> bool:
+        """The namespace is being deleted: the API server refuses anything new in it."""
+        try:
+            causes = (json.loads(self.body).get("details") or {}).get("causes") or []
+        except (ValueError, AttributeError):
+            return False
+        return self.status == 403 and any(
+            c.get("reason") == "NamespaceTerminating" or c.get("type") == "NamespaceTerminating"
+            for c in causes
+        )
+
 
 class Kube:
     """Thread-safe; one instance per process."""

@@ -122,6 +122,10 @@ class Reconciler:
             try:
                 applied = self.kube.apply(manifest)
             except KubeError as e:
+                if e.namespace_terminating:
+                    # The namespace goes, and the resource with it: nothing to apply or
+                    # report (its children went first).
+                    return Result("gone")
                 if e.status == 404 and KINDS[manifest["kind"]].optional:
                     observed.problems.append(missing_api(manifest))
                     continue
