@@ -271,3 +271,16 @@ def test_the_echo_of_the_operators_own_write_asks_for_no_reconcile(
         assert manager.remember("Service", "v1", "MODIFIED", newer)[1] is True
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("level", "kopf_objects"), [("INFO", "WARNING"), ("DEBUG", "NOTSET")])
+def test_kopf_logs_each_watch_event_only_at_debug(level: str, kopf_objects: str) -> None:
+    import logging
+
+    from transcription_operator.main import configure_logging
+
+    logger = logging.getLogger("kopf.objects")
+    logger.setLevel(logging.NOTSET)
+    configure_logging(level)
+    assert logging.getLevelName(logger.level) == kopf_objects
+    logger.setLevel(logging.NOTSET)
