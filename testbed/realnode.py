@@ -339,6 +339,18 @@ state = "{state}"
         _write(cfg, json.dumps(self.kube_proxy_config(), indent=2))
         return [str(self.bin("kube-proxy")), f"--config={cfg}", "--v=1"]
 
+    def restart(self, name: str) -> None:
+        """Stop one of the node's daemons (SIGTERM, as systemd would) and start it again
+        with the same command line: a kubelet or containerd restart; pods keep running
+        (their containers belong to the shims)."""
+        _stop(self.dir, name)
+        if name == "containerd":
+            self._containerd()
+        elif name == "kubelet":
+            self._start("kubelet", self._kubelet_cmd())
+        else:
+            raise ValueError(f"cannot restart {name!r}: kubelet or containerd")
+
     # ----------------------------------------------------------------- processes
 
     def _start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import testbed.cluster
+import testbed.realnode
 from testbed import images
 from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get, wait_for
 from testbed.load import Load, Outcome
@@ -359,9 +360,69 @@ def stuck_rollout(s: Scaling) -> Result:
     return result
 
 
+def _node_daemon_restarted(s: Scaling, daemon: str) -> Result:
+    """Restart the real node's kubelet or containerd under load; afterwards the node is
+    Ready and the pool's pods are the same ones, ready (nothing was restarted with it)."""
+    notes: dict[str, Any] = {}
+
+    def act() -> float:
+        before = {
+            p["metadata"]["name"]: _restarts(p) for p in s.pods("worker") + s.pods("frontend")
+        }
+        start = time.monotonic()
+        testbed.cluster.node().restart(daemon)
+        notes[f"{daemon}_back_s"] = round(time.monotonic() - start, 1)
+        wait_for(lambda: _node_ready(s), timeout=120, interval=1, what="the node Ready again")
+        after = {p["metadata"]["name"]: _restarts(p) for p in s.pods("worker") + s.pods("frontend")}
+        notes["pods_kept"] = sorted(before) == sorted(after)
+        notes["container_restarts"] = sum(after.get(n, 0) - r for n, r in before.items())
+        return time.monotonic() - start
+
+    result = _during(s, f"{daemon} restarted", 2, act)
+    result.notes.update(notes)
+    return result
+
+
+def kubelet_restarted(s: Scaling) -> Result:
+    return _node_daemon_restarted(s, "kubelet")
+
+
+def containerd_restarted(s: Scaling) -> Result:
+    return _node_daemon_restarted(s, "containerd")
+
+
+def api_server_paused(s: Scaling, seconds: float = 60.0) -> Result:
+    """SIGSTOP the API server for `seconds`, then SIGCONT: unlike a restart, connections
+    stay open and hang. The frontend serves from the endpoints it knows; the operator's
+    Lease cannot be renewed meanwhile."""
+    cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
+    pid = int((cluster / "pids" / "kube-apiserver.pid").read_text())
+
+    def act() -> float:
+        start = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
+        wait_for(
+            lambda: s.leader() != "", timeout=120, interval=1, what="an operator leading again"
+        )
+        return time.monotonic() - start
+
+    return _during(s, f"API server paused {seconds:.0f}s (SIGSTOP)", 2, act)
+
+
+NODE_FAULTS: list[Callable[[Scaling], Result]] = [
+    kubelet_restarted,
+    containerd_restarted,
+    api_server_paused,
+]
+
 EVENTS: list[Callable[[Scaling], Result]] = [
     cold_start, ramp_up, scale_down, pool_rollout, frontend_rollout, worker_killed,
-    frontend_deleted, operator_leader_killed, api_server_restarted, stuck_rollout,
+    frontend_deleted, operator_leader_killed, api_server_restarted, *NODE_FAULTS, stuck_rollout,
 ]  # fmt: skip
 
 
@@ -398,6 +459,15 @@ def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
         timeout=120, interval=1, what=f"a ready {component} pod",
     )  # fmt: skip
     return pods[0]
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses") or [])
+
+
+def _node_ready(s: Scaling) -> bool:
+    node = s.kubectl.json("get", "node", testbed.realnode.NODE_NAME)
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
 
 
 CONDITIONS = ("Ready", "Progressing", "Degraded")
