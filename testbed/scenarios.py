@@ -503,8 +503,17 @@ def _fill_node(s: Scaling, on_node_of: set[str]) -> None:
     pod = s.kubectl.json("get", "pod", sorted(on_node_of)[0], "-n", s.namespace)
     node_name = pod["spec"]["nodeName"]
     node = s.kubectl.json("get", "node", node_name)
-    pods = s.kubectl.json("get", "pods", "-A", "--field-selector",
-                          f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed")  # fmt: skip
+
+    def settled() -> dict[str, Any] | None:
+        """The node's pods, once none is terminating: a pod on its way out still holds its
+        request, and would free it after the filler took the rest (a rollout just before,
+        another suite's namespace going)."""
+        found: dict[str, Any] = s.kubectl.json("get", "pods", "-A", "--field-selector",
+            f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed")  # fmt: skip
+        gone = [p for p in found["items"] if p["metadata"].get("deletionTimestamp")]
+        return None if gone else found
+
+    pods = wait_for(settled, timeout=300, interval=2, what=f"no pod terminating on {node_name}")
     used = sum(
         _millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
         for p in pods["items"] for c in p["spec"]["containers"]
