@@ -512,6 +512,26 @@ class FrontendLimits(_Model):
         default=2048, ge=1, le=1_000_000,
         description="Open connections per frontend replica; more get 503.",
     )  # fmt: skip
+    max_realtime_sessions: int = Field(
+        default=100, ge=0, le=100_000,
+        description="Realtime transcription sessions (WebSockets on /v1/realtime) open per "
+        "frontend replica; more: the upgrade is refused with 503 and Retry-After.",
+    )  # fmt: skip
+    realtime_session_seconds: float = Field(
+        default=3600.0, gt=0, le=86_400,
+        description="Longest a realtime session lasts; then an error event "
+        "`session_expired` and a close.",
+    )  # fmt: skip
+    realtime_idle_timeout_seconds: float = Field(
+        default=60.0, gt=0, le=86_400,
+        description="Seconds a realtime session may receive no client event; then an error "
+        "event `session_idle_timeout` and a close.",
+    )  # fmt: skip
+    realtime_max_append_bytes: int = Field(
+        default=15 * 1024 * 1024, ge=1024, le=1024**3,
+        description="Bytes of audio (decoded from base64) in one `input_audio_buffer.append`; "
+        "more: an error event `append_too_large`, and the session goes on.",
+    )  # fmt: skip
 
 
 class FrontendSpec(_Model):

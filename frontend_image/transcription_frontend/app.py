@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from transcription_api import realtime as rt
 from transcription_api.capabilities import Capability
 from transcription_api.errors import APIError
 from transcription_api.openai import ModelCard, ModelList
@@ -26,6 +27,7 @@ from .gateway import Gateway
 from .limits import Guard
 from .openapi import document_audio_routes
 from .pipeline import transcribe
+from .realtime import endpoint as realtime
 from .request_id import RequestIdMiddleware
 from .respond import Reply
 
@@ -113,6 +115,9 @@ class Pipelines:
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.websocket(scope, receive, send)
+            return
         path = scope.get("path", "") if scope["type"] == "http" else ""
         endpoint = AUDIO_PATHS.get(path)
         if endpoint is None and path != chat.PATH:
@@ -124,3 +129,12 @@ class Pipelines:
             await chat.complete(self.gateway, scope, receive, send)
         else:
             await transcribe(self.gateway, endpoint, scope, receive, send)
+
+    async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("path") == rt.PATH:
+            await realtime.serve(self.gateway, self.gateway.sessions, scope, receive, send)
+        else:
+            error = APIError(404, f"No WebSocket at {scope.get('path')}; realtime "
+                             f"transcription is at {rt.PATH}?intent=transcription.",
+                             code="unknown_url")  # fmt: skip
+            await realtime.refuse(scope, send, error)

@@ -20,6 +20,7 @@ from .forward import Forwarder, WorkerTimeouts, new_session
 from .hold import HoldLimits, Holds
 from .limits import Limits
 from .load import Load, serve_internal
+from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
 
@@ -49,6 +50,7 @@ class Gateway:
         self.holds = Holds(self.router, self.hold_limits)
         self.load = Load(self.router, self.holds, self.internal_port)
         self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
+        self.sessions = Sessions(self.limits)  # realtime (realtime/)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @property

@@ -63,6 +63,11 @@ class Limits:
     max_body_bytes: int | None = _D.max_body_bytes  # None: the upload limit + 1 MiB
     max_concurrency: int = _D.max_concurrency  # requests in flight per process; more: 503
     max_connections: int = _D.max_connections  # open connections; more: uvicorn's 503
+    # realtime sessions (realtime/): open per process, their length, idle time, one append
+    max_sessions: int = _D.max_realtime_sessions
+    session_seconds: float = _D.realtime_session_seconds
+    session_idle_timeout: float = _D.realtime_idle_timeout_seconds
+    max_append_bytes: int = _D.realtime_max_append_bytes
 
 
 def _refusal(status: int, message: str, code: str) -> bytes:
@@ -295,6 +300,14 @@ def limits_args(parser: Any) -> None:
     )
     g.add_argument("--max-connections", type=int, default=d.max_connections,
                    help="open connections per process; more: 503")  # fmt: skip
+    g.add_argument("--max-realtime-sessions", type=int, default=d.max_sessions,
+                   help="realtime sessions open per process; more: 503")  # fmt: skip
+    g.add_argument("--realtime-session-seconds", type=float, default=d.session_seconds,
+                   help="longest a realtime session lasts")  # fmt: skip
+    g.add_argument("--realtime-idle-timeout", type=float, default=d.session_idle_timeout,
+                   help="seconds a realtime session may receive no client event")  # fmt: skip
+    g.add_argument("--realtime-max-append-bytes", type=int, default=d.max_append_bytes,
+                   help="audio bytes in one input_audio_buffer.append")  # fmt: skip
 
 
 def limits_of(args: Any) -> Limits:
@@ -308,4 +321,8 @@ def limits_of(args: Any) -> Limits:
         max_body_bytes=args.max_body_bytes,
         max_concurrency=args.max_concurrency,
         max_connections=args.max_connections,
+        max_sessions=args.max_realtime_sessions,
+        session_seconds=args.realtime_session_seconds,
+        session_idle_timeout=args.realtime_idle_timeout,
+        max_append_bytes=args.realtime_max_append_bytes,
     )

@@ -180,7 +180,9 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grace = self.config.timeout_graceful_shutdown or 0
         self.gateway.drain(max(grace - 1.0, grace / 2))
-        await self.end_keep_alive(min(KEEP_ALIVE_DRAIN, grace / 2))
+        drain = min(KEEP_ALIVE_DRAIN, grace / 2)
+        # Realtime sessions end their turns and close with 1001 (uvicorn alone: 1012 at once).
+        await asyncio.gather(self.end_keep_alive(drain), self.gateway.sessions.drain(drain))
         await super().shutdown(sockets)
 
     async def end_keep_alive(self, seconds: float) -> None:
@@ -195,8 +197,11 @@ class Server(uvicorn.Server):
 
 
 def _idle(connection: Any) -> bool:
-    """Between two requests (uvicorn's own test, in its protocols' `shutdown`)."""
-    cycle = getattr(connection, "cycle", None)
+    """An HTTP connection between two requests (uvicorn's own test, in its protocols'
+    `shutdown`); a WebSocket is never idle in this sense."""
+    if not hasattr(connection, "cycle"):
+        return False
+    cycle = connection.cycle
     return cycle is None or bool(cycle.response_complete)
 
 
@@ -243,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         http=guarded_protocol(limits),
         timeout_keep_alive=limits.idle_timeout,
         limit_concurrency=limits.max_connections,
+        # a WebSocket message: the largest append, base64-encoded, and its JSON around it
+        ws_max_size=limits.max_append_bytes * 4 // 3 + 64 * 1024,
     )
     server = Server(config, gateway, drain)
     server.run()

@@ -93,6 +93,34 @@ PEER_ERRORS = Counter(
     "Peer frontends that did not report their load in time (their share is left out of "
     "the autoscaling metric until they do).",
 )
+REALTIME_SESSIONS = Gauge(
+    "transcription_frontend_realtime_sessions",
+    "Realtime transcription sessions open (WebSockets on /v1/realtime).",
+)
+REALTIME_REFUSED = Counter(
+    "transcription_frontend_realtime_refused_total",
+    "Realtime sessions refused before they opened, by reason (intent, key, model, limit, "
+    "draining).",
+    ["reason"],
+)
+REALTIME_TURNS = Counter(
+    "transcription_frontend_realtime_turns_total",
+    "Turns of realtime sessions transcribed, by the model the session named and outcome "
+    "(completed, failed). Each is also a transcription request in requests_total.",
+    ["model", "outcome"],
+)
+REALTIME_TURN_LATENCY = Histogram(
+    "transcription_frontend_realtime_turn_latency_seconds",
+    "From a turn's commit (server VAD: speech_stopped) to its transcript's completed (or "
+    "failed) event.",
+    ["model"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60),
+)
+
+
+def realtime_turn(model: str, outcome: str, seconds: float) -> None:
+    REALTIME_TURNS.labels(model=model, outcome=outcome).inc()
+    REALTIME_TURN_LATENCY.labels(model=model).observe(seconds)
 
 
 @functools.cache

@@ -518,6 +518,10 @@ LIMIT_FLAGS = {  # spec.frontend.limits -> the frontend's flags (transcription_f
     "max_body_bytes": "--max-body-bytes",
     "max_concurrency": "--max-concurrency",
     "max_connections": "--max-connections",
+    "max_realtime_sessions": "--max-realtime-sessions",
+    "realtime_session_seconds": "--realtime-session-seconds",
+    "realtime_idle_timeout_seconds": "--realtime-idle-timeout",
+    "realtime_max_append_bytes": "--realtime-max-append-bytes",
 }
 
 

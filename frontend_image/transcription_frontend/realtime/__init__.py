@@ -1,0 +1,1 @@
+"""OpenAI Realtime transcription sessions: audio formats, voice activity, turns."""
