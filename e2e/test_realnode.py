@@ -11,6 +11,7 @@ and `kubectl port-forward`); the containers are checked against what the operato
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -29,7 +30,8 @@ import testbed.cluster
 from testbed import images
 from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
-from testkit.audio import wer
+from testkit.audio import SENTENCES, wer
+from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
@@ -333,3 +335,21 @@ def test_scaling_the_pool_spreads_requests_over_both_pods(
     }
     print(f"\nrequests per worker pod: {served}")
     assert {pod for pod, n in served.items() if n > 0} == names, (served, names)
+
+
+def test_realtime_sessions_transcribe_through_the_service(stack: Stack, tmp_path: Path) -> None:
+    """OpenAI's realtime client on the frontend's Service (a WebSocket through kube-proxy):
+    server VAD finds two turns in speech with pauses, and a manual commit is one turn;
+    faster-whisper transcribes each."""
+    texts = SENTENCES[:2]
+    audio = conversation(texts, tmp_path)
+    events = asyncio.run(transcribe_turns(stack.service_url(), audio, 2))
+    got = transcripts(events)
+    print(f"\nrealtime (server VAD) through the Service: {got}")
+    assert len(got) == 2 and all(wer(t, g) <= 0.25 for t, g in zip(texts, got, strict=True)), got
+    events = asyncio.run(transcribe_turns(stack.service_url(), pcm(texts[0], tmp_path), 1,
+                                          vad=False))  # fmt: skip
+    (got_one,) = transcripts(events)
+    assert wer(texts[0], got_one) <= 0.25, got_one
+    turns = frontend_metrics(stack, "transcription_frontend_realtime_turns_total")
+    assert sum(v for k, v in turns.items() if 'outcome="completed"' in k) >= 3, turns

@@ -17,6 +17,7 @@ frontend's metrics show which pool answered each.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -33,7 +34,8 @@ import testbed.cluster
 from testbed import images
 from testbed.kube import Kubectl, td_get, wait_for
 from testbed.operators import deployed_on_the_real_node
-from testkit.audio import wer
+from testkit.audio import SENTENCES, wer
+from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import client, report, transcribe_all
 
 NAME = "whisper-vllm"
@@ -228,6 +230,26 @@ def test_the_founding_case_word_timestamps_go_to_faster_whisper_the_rest_to_vllm
     served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
     assert served == {("transcriptions", AUTO): 1, ("transcriptions", "batch"): 1,
                       ("translations", "batch"): 1}, served  # fmt: skip
+
+
+def test_realtime_turns_are_transcribed_by_the_vllm_pool(
+    kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """OpenAI's realtime client through the Service: server VAD turns and a manual commit,
+    each a streamed transcription on vLLM's continuous pool."""
+    texts = SENTENCES[:2]
+    url = service_url(kubectl, namespace)
+    before = requests_by_pool(kubectl, namespace)
+    events = asyncio.run(transcribe_turns(url, conversation(texts, tmp_path), 2))
+    got = transcripts(events)
+    print(f"\nrealtime on vLLM (server VAD): {got}")
+    assert len(got) == 2 and all(wer(t, g) <= 0.25 for t, g in zip(texts, got, strict=True)), got
+    assert any(e.type.endswith("transcription.delta") for e in events)
+    (one,) = transcripts(asyncio.run(transcribe_turns(url, pcm(texts[0], tmp_path), 1, vad=False)))
+    assert wer(texts[0], one) <= 0.25, one
+    after = requests_by_pool(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    assert served == {("transcriptions", "batch"): 3}, served
 
 
 def test_an_english_only_model_refuses_another_language_clearly(

@@ -138,7 +138,8 @@ def test_server_vad_turns_are_transcribed_in_order_by_the_real_worker(
 
 
 def test_manual_commits_with_logprobs_and_g711(real: Frontend, speech_dir: Path) -> None:
-    """turn_detection null: the client commits; audio/pcmu at 8 kHz; logprobs included."""
+    """turn_detection null: the client commits; audio/pcmu at 8 kHz; far-field noise
+    reduction; logprobs included."""
     import numpy as np
 
     text = SENTENCES[2]
@@ -149,7 +150,8 @@ def test_manual_commits_with_logprobs_and_g711(real: Frontend, speech_dir: Path)
         async with client(real).realtime.connect(extra_query=INTENT) as conn:
             await conn.send({"type": "session.update", "session": {
                 "type": "transcription", "include": ["item.input_audio_transcription.logprobs"],
-                "audio": {"input": {"turn_detection": None, "format": {"type": "audio/pcmu"}}}}})  # fmt: skip
+                "audio": {"input": {"turn_detection": None, "format": {"type": "audio/pcmu"},
+                                    "noise_reduction": {"type": "far_field"}}}}})  # fmt: skip
             updated = (await until(conn, "session.updated"))[-1]
             assert updated.session.audio.input.turn_detection is None
             for i in range(0, len(ulaw), 800):
@@ -203,6 +205,15 @@ BAD_EVENTS = [
      "session.audio.input.transcription.model"),
     ('{"type": "session.update", "session": {"type": "transcription", "voice": "alloy"}}',
      "invalid_value", "session.voice"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"noise_reduction": {"type": "near_field", "strength": 0.5}}}}}', "unsupported_field",
+     "session.audio.input.noise_reduction.strength"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"transcription": {"delay": "low"}}}}}', "unsupported_field",
+     "session.audio.input.transcription.delay"),
+    ('{"type": "session.update", "session": {"type": "transcription", "include": '
+     '["item.input_audio_transcription.logprobs"]}}', "unsupported_capability",
+     "session.include"),  # the vLLM stand-in's pool has no logprobs
     ('{"type": "input_audio_buffer.commit"}', "input_audio_buffer_commit_empty", None),
 ]  # fmt: skip
 
@@ -424,3 +435,40 @@ def test_http_still_serves_beside_sessions(standin: tuple[Frontend, Behaviour]) 
     fe, _ = standin
     r = httpx.get(f"{fe.url}/v1/models")
     assert r.status_code == 200
+
+
+# ---- the SDK's fields, each decided
+
+
+def _paths(model: Any, prefix: str = "") -> set[str]:
+    """Every field path of a pydantic model, through nested models and unions of them."""
+    import typing
+
+    from pydantic import BaseModel
+
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        path = prefix + name
+        out.add(path)
+        stack = [field.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                out |= _paths(t, path + ".")
+            else:
+                stack += typing.get_args(t)
+    return out
+
+
+def test_every_session_field_the_sdk_can_send_is_honoured_or_refused_by_name() -> None:
+    """The installed SDK's transcription session: a field this gateway's model does not
+    declare (honoured, or in REFUSED with its reason) fails here, on the SDK release that
+    adds it; clients would otherwise get a generic error for it."""
+    from openai.types.realtime import RealtimeTranscriptionSessionCreateRequest as SDK
+
+    from transcription_api.realtime import REFUSED, TranscriptionSession
+
+    ours = _paths(TranscriptionSession)
+    undecided = _paths(SDK) - ours
+    assert not undecided, f"decide on these realtime session fields: {sorted(undecided)}"
+    assert {".".join(p) for p in REFUSED} <= ours

@@ -79,8 +79,10 @@ TurnDetection = Annotated[ServerVad | SemanticVad, Field(discriminator="type")]
 
 
 class NoiseReduction(_Wire):
+    """Applied to each turn's audio before it is transcribed (ffmpeg's afftdn)."""
+
     type: Literal["near_field", "far_field"] | None = None
-    strength: float | None = None
+    strength: float | None = None  # REFUSED
 
 
 class InputAudio(_Wire):

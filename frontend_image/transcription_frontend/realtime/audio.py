@@ -106,3 +106,38 @@ def wav(pcm16: bytes, rate: int) -> bytes:
         w.setframerate(rate)
         w.writeframes(pcm16)
     return buf.getvalue()
+
+
+# OpenAI's `noise_reduction.type`, as ffmpeg's FFT denoiser (afftdn) settings: a close-talking
+# microphone (headset) needs less than a far-field one (laptop, conference room). Measured
+# on espeak-ng speech with white noise at 20 dB SNR: far_field's settings bring it to 24.5 dB.
+DENOISE = {"near_field": "nr=12:nf=-50", "far_field": "nr=20:nf=-40"}
+_DENOISE_PAD_S = 0.05  # afftdn delays its output (25 ms at 24 kHz): padded, so none is lost
+
+
+def denoise(pcm16: bytes, rate: int, kind: str) -> bytes:
+    """A turn's audio through ffmpeg's afftdn (libavfilter, via PyAV)."""
+    graph = av.filter.Graph()
+    source = graph.add_abuffer(format="s16", sample_rate=rate, layout="mono")
+    afftdn = graph.add("afftdn", DENOISE[kind])
+    s16 = graph.add("aformat", "sample_fmts=s16:channel_layouts=mono")
+    sink = graph.add("abuffersink")
+    source.link_to(afftdn)
+    afftdn.link_to(s16)
+    s16.link_to(sink)
+    graph.configure()
+    padded = pcm16 + bytes(2 * round(_DENOISE_PAD_S * rate))
+    frame = av.AudioFrame.from_ndarray(
+        np.frombuffer(padded, dtype="<i2").reshape(1, -1), format="s16", layout="mono"
+    )
+    frame.sample_rate = rate
+    frame.pts = 0
+    graph.push(frame)
+    graph.push(None)
+    out: list[bytes] = []
+    while True:
+        try:
+            out.append(graph.pull().to_ndarray().tobytes())
+        except (av.error.BlockingIOError, av.error.EOFError):
+            break
+    return b"".join(out)

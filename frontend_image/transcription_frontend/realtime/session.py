@@ -28,9 +28,11 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
+from transcription_api.capabilities import Capability, request_needs
 from transcription_api.errors import APIError
 from transcription_api.openai import DurationUsage, Logprob
 from transcription_api.realtime import (
+    LOGPROBS,
     Append,
     Clear,
     Cleared,
@@ -57,6 +59,7 @@ from transcription_api.realtime import (
 from .. import metrics
 from ..gateway import Gateway
 from ..pipeline import resolve_model
+from ..routing import NoPool
 from . import audio, vad
 from .turns import TurnFailed, transcribe_turn
 
@@ -137,6 +140,7 @@ class Session:
                 raise EventError(e.message, code=e.code or "model_not_found",
                                  param="session.audio.input.transcription.model",
                                  event_id=event.event_id) from None  # fmt: skip
+        self._check_pools(new, event.event_id)
         old, self.config = self.config, new
         if (old.input.format, old.input.turn_detection) != (
             new.input.format,
@@ -144,6 +148,26 @@ class Session:
         ):
             self._set_format()
         await self.emit(SessionCreated(type="session.updated", session=self.config))
+
+    def _check_pools(self, new: TranscriptionSession, event_id: str | None) -> None:
+        """A setting no pool can serve is refused now, naming it, not turn after turn."""
+        t = new.input.transcription
+        wanted = {
+            "session.include": request_needs(Capability.TRANSCRIPTIONS,
+                                             logprobs=LOGPROBS in (new.include or [])),
+            "session.audio.input.transcription.keywords": request_needs(
+                Capability.TRANSCRIPTIONS, keywords=bool(t.keywords)),
+            "session.audio.input.transcription.languages": request_needs(
+                Capability.TRANSCRIPTIONS, languages=len(t.languages or [])),
+        }  # fmt: skip
+        for param, needs in wanted.items():
+            pools = self.gw.router.candidates(needs, 0)
+            if isinstance(pools, NoPool):
+                missing = ", ".join(sorted(pools.missing))
+                raise EventError(
+                    f"No pool of this deployment can serve '{param}': missing capability "
+                    f"{missing}.", code="unsupported_capability", param=param, event_id=event_id,
+                )  # fmt: skip
 
     def _auth(self) -> str | None:
         return self.authorization.decode("latin-1") if self.authorization else None
@@ -261,6 +285,9 @@ class Session:
     async def _transcribe(self, item: str, previous: str | None, pcm: bytes) -> None:
         stopped = time.monotonic()
         seconds = len(pcm) / 2 / self.rate
+        nr = self.config.input.noise_reduction
+        if nr is not None and nr.type is not None:
+            pcm = await asyncio.to_thread(audio.denoise, pcm, self.rate, nr.type)
         model = self.config.input.transcription.model or self.gw.router.table.model
 
         async def delta(text: str, logprobs: list[Logprob] | None) -> None:
