@@ -1,4 +1,5 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|keywords|operator|scale|all] [--quick]"""
+"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|operator|scale|all]
+[--quick]"""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def main() -> int:
             "worker",
             "worker-settings",
             "keywords",
+            "realtime",
             "operator",
             "scale",
             "all",

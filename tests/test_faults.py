@@ -86,7 +86,7 @@ def test_a_pool_at_zero_holds_the_request_until_an_endpoint_appears(
     )
     wait_until(lambda: fe.metric(HELD, pool="batch") == 1, what="the request to be held")
     load = httpx.get(f"{fe.url}/internal/load").json()
-    assert load["pools"] == {"batch": {"in_flight": 0, "held": 1, "spilled": 0}}
+    assert load["pools"] == {"batch": {"in_flight": 0, "held": 1, "spilled": 0, "sessions": 0}}
     time.sleep(max(0.0, 2.0 - (time.monotonic() - started)))  # the pool scales up: 2 s
     assert not held.done()
     appeared = time.monotonic()

@@ -472,3 +472,74 @@ def test_every_session_field_the_sdk_can_send_is_honoured_or_refused_by_name() -
     undecided = _paths(SDK) - ours
     assert not undecided, f"decide on these realtime session fields: {sorted(undecided)}"
     assert {".".join(p) for p in REFUSED} <= ours
+
+
+# ---- load and shutdown
+
+
+def test_an_open_session_is_load_on_its_pool(standin: tuple[Frontend, Behaviour]) -> None:
+    """KEDA's metric counts a session as soon as it opens: a pool at zero is woken before
+    the first turn."""
+    fe, _ = standin
+
+    async def sessions(http: httpx.AsyncClient) -> int:
+        r = await http.get(f"{fe.url}/internal/load")
+        return int(r.json()["pools"]["batch"]["sessions"])
+
+    async def scenario() -> tuple[int, int]:
+        async with httpx.AsyncClient() as http:
+            async with client(fe).realtime.connect(extra_query=INTENT) as conn:
+                await until(conn, "session.created")
+                during = await sessions(http)
+            for _ in range(50):
+                after = await sessions(http)
+                if after == 0:
+                    break
+                await asyncio.sleep(0.1)
+            return during, after
+
+    assert run(scenario()) == (1, 0)
+
+
+def test_sigterm_lets_a_turn_finish_then_closes_the_session_with_1001(
+    tmp_path: Path, speech_dir: Path
+) -> None:
+    """A frontend rollout: the session's turn in progress is answered, then the session is
+    closed with 1001 (going away), which the SDK reconnects from."""
+    import signal
+
+    from testkit.processes import frontend as frontend_process
+
+    b = Behaviour(delay=1.5)
+    with serve(vllm_app([PRIMARY, "whisper-1"], b)) as worker:
+        table = RouteTable(
+            model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker.url])]
+        )
+        url, proc = frontend_process(table, tmp_path, ["--shutdown-grace", "10"])
+        try:
+
+            async def scenario() -> tuple[list[str], int | None]:
+                async with websockets.connect(url.replace("http", "ws") + "/v1/realtime?"
+                                              "intent=transcription") as ws:  # fmt: skip
+                    await ws.send(json.dumps({"type": "session.update", "session": MANUAL}))
+                    for piece in appends(pcm(SENTENCES[0], speech_dir)):
+                        await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                                  "audio": piece}))  # fmt: skip
+                    await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                    kinds: list[str] = []
+                    while "conversation.item.added" not in kinds:
+                        kinds.append(server_event(await ws.recv()).type)
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        while True:
+                            raw = await asyncio.wait_for(ws.recv(), 15)
+                            kinds.append(server_event(raw).type)
+                    except websockets.ConnectionClosed as e:
+                        return kinds, e.rcvd.code if e.rcvd else None
+
+            kinds, code = run(scenario())
+            assert "conversation.item.input_audio_transcription.completed" in kinds, kinds
+            assert kinds[-1] == "conversation.item.done" and code == 1001, (kinds, code)
+            assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+        finally:
+            proc.kill()

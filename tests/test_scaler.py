@@ -355,8 +355,8 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
             served = ex.submit(fe.post, {"model": PRIMARY})
             wait_until(lambda: slow[1].in_flight == 1, what="the request at the fallback")
             load = httpx.get(f"{fe.url}/internal/load").json()["pools"]
-            assert load == {"batch": {"in_flight": 0, "held": 0, "spilled": 1},
-                            "words": {"in_flight": 1, "held": 0, "spilled": 0}}  # fmt: skip
+            assert load == {"batch": {"in_flight": 0, "held": 0, "spilled": 1, "sessions": 0},
+                            "words": {"in_flight": 1, "held": 0, "spilled": 0, "sessions": 0}}  # fmt: skip
             assert s.value(ref()) == 1 and s.is_active(ref(), timeout=5).result
             assert served.result(timeout=10).status_code == 200
         assert s.value(ref()) == 0

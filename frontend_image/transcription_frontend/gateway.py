@@ -48,9 +48,9 @@ class Gateway:
     def __post_init__(self) -> None:
         self.keys = ApiKeys(self.api_keys_path)
         self.holds = Holds(self.router, self.hold_limits)
-        self.load = Load(self.router, self.holds, self.internal_port)
-        self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
         self.sessions = Sessions(self.limits)  # realtime (realtime/)
+        self.load = Load(self.router, self.holds, self.sessions, self.internal_port)
+        self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @property

@@ -5,11 +5,13 @@ KEDA's gRPC connection reaches one replica through the frontend Service, so each
 answers with the total: its own load, always fresh, plus what its peers (the other
 endpoints of its Service, from discovery) report at `GET /internal/load`:
 
-    {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1, "spilled": 0}}}
+    {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1, "spilled": 0,
+                                                 "sessions": 1}}}
 
 `spilled` counts requests in flight at a fallback pool because this pool, which they
 prefer, had no ready worker: without it, a continuous pool at zero whose traffic a
-sequential pool can also serve would never be woken.
+sequential pool can also serve would never be woken. `sessions` counts the realtime
+sessions open whose turns go to the pool (realtime/sessions.py): one each.
 
 Peers' reports are fetched together, each within `PEER_TIMEOUT`, and reused for
 `CACHE_SECONDS`; a peer that does not answer is left out until it does (the total
@@ -33,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import metrics
 from .hold import Holds
+from .realtime.sessions import Sessions
 from .routing import Router
 
 log = logging.getLogger("transcription_frontend.load")
@@ -53,9 +56,13 @@ class PoolLoad(BaseModel):
         description="Requests at a fallback pool because this one, preferred, had no worker.",
     )  # fmt: skip
 
+    sessions: int = Field(
+        default=0, ge=0, description="Realtime sessions open whose turns go to this pool."
+    )
+
     @property
     def total(self) -> int:
-        return self.in_flight + self.held + self.spilled
+        return self.in_flight + self.held + self.spilled + self.sessions
 
 
 class LoadReport(BaseModel):
@@ -123,12 +130,16 @@ class Peers:
 class Load:
     """This replica's load, the total over all replicas, and a signal for new demand."""
 
-    def __init__(self, router: Router, holds: Holds, internal_port: int | None = None) -> None:
+    def __init__(
+        self, router: Router, holds: Holds, sessions: Sessions, internal_port: int | None = None
+    ) -> None:
         self.router = router
         self.holds = holds
+        self.sessions = sessions
         self.peers = Peers(uuid.uuid4().hex, internal_port)
         self._subscribers: set[asyncio.Event] = set()
         holds.on_hold(self._demand)
+        sessions.on_demand = self._demand
 
     def local(self) -> LoadReport:
         return LoadReport(
@@ -138,6 +149,7 @@ class Load:
                     in_flight=self.router.pool_in_flight(p.name),
                     held=self.holds.held(p.name),
                     spilled=self.router.pool_spilled(p.name),
+                    sessions=self.sessions.count(p.name),
                 )
                 for p in self.router.table.pools
             },
@@ -148,7 +160,8 @@ class Load:
 
     @contextmanager
     def demand(self) -> Iterator[asyncio.Event]:
-        """An event set whenever a request starts being held here (clear it, then read
+        """An event set whenever a request starts being held here, or a realtime session
+        starts using a pool (clear it, then read
         the load, then wait on it: no new demand is missed in between)."""
         event = asyncio.Event()
         self._subscribers.add(event)

@@ -69,7 +69,7 @@ async def serve(
         gw, emit, authorization=header, client=scope.get("client"),
         request_id=rid or uuid.uuid4().hex, model=(query.get("model") or [None])[0],
     )  # fmt: skip
-    sessions.open.add(session)
+    sessions.use(session, session.pool())
     metrics.REALTIME_SESSIONS.set(len(sessions.open))
     code = 1000
     try:
@@ -78,7 +78,7 @@ async def serve(
     except WebSocketDisconnect:
         code = 0
     finally:
-        sessions.open.discard(session)
+        sessions.close(session)
         metrics.REALTIME_SESSIONS.set(len(sessions.open))
         await session.close()
         if code and ws.client_state == WebSocketState.CONNECTED:

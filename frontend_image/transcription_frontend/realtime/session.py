@@ -142,12 +142,28 @@ class Session:
                                  event_id=event.event_id) from None  # fmt: skip
         self._check_pools(new, event.event_id)
         old, self.config = self.config, new
+        self.gw.sessions.use(self, self.pool())
         if (old.input.format, old.input.turn_detection) != (
             new.input.format,
             new.input.turn_detection,
         ):
             self._set_format()
         await self.emit(SessionCreated(type="session.updated", session=self.config))
+
+    def needs(self, config: TranscriptionSession | None = None) -> frozenset[Capability]:
+        c = config or self.config
+        t = c.input.transcription
+        return request_needs(Capability.TRANSCRIPTIONS, stream=True, keywords=bool(t.keywords),
+                             languages=len(t.languages or []),
+                             logprobs=LOGPROBS in (c.include or []))  # fmt: skip
+
+    def pool(self) -> str | None:
+        """The pool this session's turns go to first (its load, for autoscaling)."""
+        for needs in (self.needs(), self.needs() - {Capability.STREAM}):
+            pools = self.gw.router.candidates(needs, 0)
+            if not isinstance(pools, NoPool):
+                return pools[0].name
+        return None
 
     def _check_pools(self, new: TranscriptionSession, event_id: str | None) -> None:
         """A setting no pool can serve is refused now, naming it, not turn after turn."""

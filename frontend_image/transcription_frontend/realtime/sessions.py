@@ -1,9 +1,16 @@
-"""The replica's open realtime sessions: the limit on them, and their drain on shutdown."""
+"""The replica's open realtime sessions: the limit on them, the load they stand for, and
+their drain on shutdown.
+
+An open session counts as load on the pool its turns go to (load.py): a session that opens
+while that pool is at zero wakes it (KEDA's scaler hears of the demand at once), so that the
+first turn is held for a moment, not for a whole cold start.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from transcription_api.errors import APIError
 
@@ -13,9 +20,23 @@ from ..limits import Limits
 class Sessions:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.open: set[object] = set()
+        self.open: dict[object, str | None] = {}  # each session, and the pool it uses
         self.closing = asyncio.Event()
         self.grace = 0.0
+        self.on_demand: Callable[[str], None] = lambda pool: None  # set by load.Load
+
+    def use(self, session: object, pool: str | None) -> None:
+        """A session opens, or its settings send its turns to another pool."""
+        was = self.open.get(session)
+        self.open[session] = pool
+        if pool is not None and pool != was:
+            self.on_demand(pool)
+
+    def close(self, session: object) -> None:
+        self.open.pop(session, None)
+
+    def count(self, pool: str) -> int:
+        return sum(1 for p in self.open.values() if p == pool)
 
     def admit(self) -> tuple[str, APIError | None]:
         """Whether a new session may open here: (the refusal's reason, the refusal)."""
