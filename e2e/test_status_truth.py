@@ -338,3 +338,20 @@ def test_a_worker_killed_for_memory_says_oomkilled(
         nr["message"]
         == "container engine was killed for using more memory than its limit (48Mi); raise resources.memory"
     )
+
+
+def test_a_frontend_whose_key_file_has_no_key_says_so_in_status(
+    kubectl: Kubectl, real_namespace: str, real_node: str
+) -> None:
+    """The frontend fails closed on a key Secret without a key (not ready); its readiness
+    probe says only "statuscode: 503", so the frontend posts a Warning Event about its pod,
+    and the status names the cause in the frontend's words."""
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "keys"},
+                   "stringData": {"keys": "# keys go here, one a line\n"}}, real_namespace)  # fmt: skip
+    doc = cpu_worker(real_node, images.refs()["worker-cpu"], "/models/whisper-tiny.en")
+    doc["spec"]["frontend"]["apiKeySecret"] = {"name": "keys", "key": "keys"}
+    kubectl.apply(doc, real_namespace)
+    obj = wait_reason(kubectl, real_namespace, "real", "APIKeysUnavailable", timeout=180)
+    nr = obj["status"]["frontend"]["notReady"]
+    assert nr["reason"] == "APIKeysUnavailable" and "has no key" in nr["message"], nr
+    assert condition(obj, "Degraded")["reason"] == "APIKeysUnavailable"

@@ -117,6 +117,8 @@ def test_frontend_rbac_is_least_privilege(vllm_td: TranscriptionDeployment) -> N
     assert role["rules"] == [
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["whisper-routes"], "verbs": ["get", "list", "watch"]},
+        # Warning Events about its own pod (why it is not ready), never read back
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]  # fmt: skip
 
 

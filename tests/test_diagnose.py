@@ -12,6 +12,7 @@ import pytest
 
 from transcription_operator.diagnose import (
     duration,
+    is_failing,
     parse_time,
     pod_problem,
     progress_deadline_exceeded,
@@ -216,3 +217,26 @@ def test_the_schedulers_event_before_its_condition_reads_the_same() -> None:
     # Once scheduled, an old FailedScheduling Event explains nothing.
     placed, _ = case("failed-mount")
     assert pod_problem(placed, events, NOW) is None
+
+
+def test_the_frontends_own_event_says_why_its_readiness_probe_fails() -> None:
+    """The probe says only "statuscode: 503"; the frontend's APIKeysUnavailable Warning
+    Event (transcription_frontend/events.py) about the same pod names the cause, and it is
+    a failure: waiting will not fix an empty key file."""
+    from datetime import UTC
+
+    from transcription_frontend.events import KEYS_UNAVAILABLE, event_body
+
+    pod, events = case("readiness-probe")
+    meta = pod["metadata"]
+    why = "the API key file /etc/transcription/api-keys/keys has no key: the gateway is not ready"
+    own = event_body(KEYS_UNAVAILABLE, why, meta["name"], meta["namespace"], meta["uid"],
+                     datetime(2026, 11, 30, 10, 6, tzinfo=UTC))  # fmt: skip
+    own["metadata"]["name"] = meta["name"] + ".keys"
+    problem = pod_problem(pod, [*events, own], NOW)
+    assert problem is not None
+    assert problem.reason == "APIKeysUnavailable" and why in problem.message, problem
+    assert is_failing(problem.reason)
+    assert own["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                     "namespace": meta["namespace"], "uid": meta["uid"]}  # fmt: skip
+    assert own["type"] == "Warning"  # the operator's watch selects Warning Events of pods

@@ -325,3 +325,23 @@ def test_the_load_report_is_off_the_public_port_and_peers_read_it_there(
         assert_still_serving(fe)
     finally:
         fe.running.stop()
+
+
+def test_a_key_problem_is_told_once_per_new_problem(tmp_path: Path) -> None:
+    """The frontend posts a Warning Event about its pod for each new key problem
+    (events.py), not one per probe."""
+    from transcription_frontend.auth import ApiKeys
+
+    told: list[str] = []
+    path = tmp_path / "keys"
+    path.write_text("# no key yet\n")
+    keys = ApiKeys(path, told.append)
+    for _ in range(3):
+        keys.keys()
+    assert len(told) == 1 and "has no key" in told[0], told
+    path.write_text("sk-1\n")
+    assert keys.keys() and keys.problem is None
+    path.unlink()
+    keys2 = ApiKeys(path, told.append)
+    keys2.keys()
+    assert len(told) == 2 and "cannot be read" in told[1], told

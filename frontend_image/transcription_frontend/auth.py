@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +56,11 @@ def parse_keys(text: str) -> list[Key]:
 
 
 class ApiKeys:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(
+        self, path: Path | None, on_problem: Callable[[str], None] = lambda problem: None
+    ) -> None:
         self.path = path
+        self.on_problem = on_problem  # told once per new problem (events.py)
         self._mtime: float | None = None
         self._keys: list[Key] = []
         self.problem: str | None = None  # why no key can be checked now; None: fine
@@ -90,6 +94,8 @@ class ApiKeys:
     def _fail(self, problem: str) -> None:
         if problem != self.problem:
             log.error("%s: not ready, and no request is served until it has keys", problem)
+            self.on_problem(f"{problem}: the gateway is not ready and serves no request until "
+                            "it has a key")  # fmt: skip
         self.problem = problem
 
     def check(self, authorization: str | None) -> Key | None:

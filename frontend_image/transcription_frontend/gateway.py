@@ -16,6 +16,7 @@ import aiohttp
 
 from .auth import ApiKeys
 from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
+from .events import KEYS_UNAVAILABLE, PodEvents
 from .forward import Forwarder, WorkerTimeouts, new_session
 from .hold import HoldLimits, Holds
 from .limits import Limits
@@ -46,7 +47,8 @@ class Gateway:
     client: aiohttp.ClientSession | None = None
 
     def __post_init__(self) -> None:
-        self.keys = ApiKeys(self.api_keys_path)
+        events = PodEvents(self.kubeconfig)
+        self.keys = ApiKeys(self.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why))
         self.holds = Holds(self.router, self.hold_limits)
         self.sessions = Sessions(self.limits)  # realtime (realtime/)
         self.load = Load(self.router, self.holds, self.sessions, self.internal_port)

@@ -492,6 +492,9 @@ def frontend_rbac(td: TranscriptionDeployment) -> list[Manifest]:
                     "resourceNames": [routes_name(td)],
                     "verbs": ["get", "list", "watch"],
                 },
+                # Warning Events about its own pod: why it is not ready (an API key file
+                # without a key), which the operator names in the resource's status.
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
             ],
         },
         {
@@ -581,11 +584,14 @@ def frontend_deployment(
         "image": image_for(td, cfg, FRONTEND_IMAGE),
         "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
         "args": args,
+        # The pod's identity: its Warning Events name it (transcription_frontend/events.py).
         "env": [
-            {
-                "name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            }
+            {"name": env, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{field}"}}}
+            for env, field in (
+                ("POD_NAMESPACE", "namespace"),
+                ("POD_NAME", "name"),
+                ("POD_UID", "uid"),
+            )
         ],
         "ports": ports,
         "resources": resource_requirements(fe.resources),

@@ -9,7 +9,9 @@ knows wrote it:
   CreateContainerConfigError, ...), and its probe Events (`Unhealthy`: "Startup probe
   failed: ...") for a container that runs but has not passed its startup or readiness probe;
 - the ReplicaSet controller: a Deployment's `ReplicaFailure` condition (pods it could not
-  create: quota, PodSecurity admission).
+  create: quota, PodSecurity admission);
+- the frontend itself, for a readiness probe that fails for a reason of its own: its
+  `APIKeysUnavailable` Warning Event (a configured key file without a key).
 
 A pool's summary is its dominant problem: failures (that waiting will not fix) before
 waits, then the most frequent, then the first pod by name -- with the pod count and the
@@ -44,6 +46,7 @@ FAILING = frozenset(
         "PreCreateHookError",
         "PostStartHookError",
         "FailedCreate",
+        "APIKeysUnavailable",  # the frontend's own Event: a key file without a key
     }
 )
 # Image pull reasons alternate with every retry (ErrImagePull, then ImagePullBackOff while
@@ -183,6 +186,12 @@ def _probe(
     event = _latest(events, "Unhealthy", "Readiness probe failed")
     if event is None:
         return None
+    # The probe says only its status code; a component that knows why says so in an Event
+    # of its own about the pod (the frontend: transcription_frontend/events.py).
+    own = _latest(events, "APIKeysUnavailable")
+    if own is not None:
+        return Problem("APIKeysUnavailable", f"container {container}: "
+                       + _tail(str(own.get("message") or "")))  # fmt: skip
     return Problem(
         "ReadinessProbeFailing",
         f"container {container} is not ready: {_tail(str(event.get('message') or ''))}",
