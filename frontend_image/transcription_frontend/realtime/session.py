@@ -56,11 +56,11 @@ from transcription_api.realtime import (
     validate_session,
 )
 
-from .. import metrics
+from .. import metrics, vad
 from ..gateway import Gateway
 from ..pipeline import resolve_model
 from ..routing import NoPool
-from . import audio, vad
+from . import audio
 from .turns import TurnFailed, transcribe_turn
 
 log = logging.getLogger("transcription_frontend.realtime")
