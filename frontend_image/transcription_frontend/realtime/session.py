@@ -60,6 +60,7 @@ from .. import metrics, vad
 from ..gateway import Gateway
 from ..pipeline import resolve_model
 from ..routing import NoPool
+from ..subrequest import Caller
 from . import audio
 from .turns import TurnFailed, transcribe_turn
 
@@ -84,7 +85,8 @@ class Session:
         model: str | None = None,
     ) -> None:  # fmt: skip
         self.gw, self.emit, self.limits = gw, emit, gw.limits
-        self.authorization, self.client, self.request_id = authorization, client, request_id
+        self.authorization = authorization
+        self.caller = Caller(authorization, client, request_id)
         self.config = TranscriptionSession()
         if model is not None:
             self.config = self.config.updated(
@@ -313,8 +315,7 @@ class Session:
         transcript: str | None = None
         try:
             answer = await transcribe_turn(
-                self.gw, audio.wav(pcm, self.rate), self.config, self.authorization,
-                self.client, self.request_id, delta,
+                self.gw, audio.wav(pcm, self.rate), self.config, self.caller, delta,
             )  # fmt: skip
             transcript = answer.text
             await self.emit(TranscriptCompleted(
