@@ -46,7 +46,6 @@ def test_every_decision_says_what_honours_it_or_what_it_needs() -> None:
 REFUSED = [
     ("known_speaker_names", {"extra_body": {"known_speaker_names": ["agent"]}}, "diarization"),
     ("known_speaker_references", {"extra_body": {"known_speaker_references": ["data:audio/wav;base64,AAAA"]}}, "diarization"),
-    ("chunking_strategy", {"chunking_strategy": "auto"}, "chunking"),
     ("response_format", {"response_format": "diarized_json"}, "diarization"),
 ]  # fmt: skip
 

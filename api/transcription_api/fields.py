@@ -47,7 +47,10 @@ FIELDS: dict[str, Decision] = {
     "temperature": honoured("the engine"),
     "timestamp_granularities[]": honoured("routing: word timestamps go to a pool that has them"),
     "stream": honoured("the gateway: OpenAI's transcript.text events"),
-    "chunking_strategy": refused("chunking (server-side VAD chunking of long audio)"),
+    "chunking_strategy": honoured(
+        "the gateway: the audio is cut on silence (Silero VAD), its chunks transcribed across "
+        "the pool's replicas and stitched into one answer (`auto` or `server_vad`)"
+    ),
     "include[]": honoured(
         "logprobs: the tokens' log probabilities from faster-whisper pools (capability "
         "logprobs; vLLM's and transformers' transcription endpoints have none)"

@@ -534,6 +534,33 @@ class FrontendLimits(_Model):
     )  # fmt: skip
 
 
+class ChunkingSpec(_Model):
+    """Long audio: cut on silence, its chunks transcribed across the pool's replicas at once,
+    stitched into one answer (docs/api.md#long-audio)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Chunk audio longer than `thresholdSeconds`, or longer (or larger) than "
+        "every pool's engine takes whole. Requests with OpenAI's `chunking_strategy` are "
+        "chunked either way.",
+    )
+    threshold_seconds: float = Field(
+        default=120.0, gt=0, le=86_400,
+        description="Audio longer than this (when its header tells its length) is chunked, "
+        "so that its chunks run on every ready replica at once.",
+    )  # fmt: skip
+    max_chunk_seconds: float = Field(
+        default=30.0, ge=5, le=600,
+        description="Longest chunk (Whisper's window is 30 s); each is cut in the longest "
+        "silence before it.",
+    )  # fmt: skip
+    max_parallel_chunks: int = Field(
+        default=4, ge=1, le=256,
+        description="Chunks of one request transcribed at once, so that one long file cannot "
+        "starve short requests.",
+    )  # fmt: skip
+
+
 class FrontendSpec(_Model):
     """The OpenAI-compatible gateway in front of the pools."""
 
@@ -546,6 +573,14 @@ class FrontendSpec(_Model):
         ge=1024,
         le=MAX_UPLOAD,
         description="Largest upload accepted; larger ones get 413 naming this limit.",
+    )
+    max_audio_seconds: float | None = Field(
+        default=None, gt=0, le=7 * 86_400,
+        description="Longest audio accepted; longer gets 413 naming this limit (default: no "
+        "limit but maxUploadBytes).",
+    )  # fmt: skip
+    chunking: ChunkingSpec = Field(
+        default_factory=ChunkingSpec, description="Long audio: cut, fanned out, stitched."
     )
     api_key_secret: SecretKeyRef | None = Field(
         default=None,

@@ -21,6 +21,7 @@ from .forward import Forwarder, WorkerTimeouts, new_session
 from .hold import HoldLimits, Holds
 from .limits import Limits
 from .load import Load, serve_internal
+from .longaudio.settings import Chunking
 from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
@@ -38,6 +39,7 @@ class Gateway:
     hold_limits: HoldLimits = field(default_factory=HoldLimits)
     worker_timeouts: WorkerTimeouts = field(default_factory=WorkerTimeouts)
     limits: Limits = field(default_factory=Limits)  # against hostile clients (limits.py)
+    chunking: Chunking = field(default_factory=Chunking)  # long audio (longaudio/)
     peers_service: str | None = None  # the frontend's own Service (in slice_namespace)
     scaler_port: int | None = None  # KEDA's external scaler (gRPC); None: off
     scaler_host: str = "0.0.0.0"

@@ -24,6 +24,7 @@ from .discovery import load_table
 from .forward import WorkerTimeouts
 from .hold import HoldLimits
 from .limits import guarded_protocol, limits_args, limits_of
+from .longaudio.settings import chunking_args, chunking_of
 from .routing import Router
 
 
@@ -133,6 +134,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "terminationGracePeriodSeconds minus its preStop delay)",
     )
     limits_args(p)
+    chunking_args(p)
     return p.parse_args(argv)
 
 
@@ -236,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         scaler_host=args.host,
         internal_port=args.internal_port or None,
         limits=limits,
+        chunking=chunking_of(args),
     )
     drain = CloseWhenDraining(create_app(gateway))
     config = uvicorn.Config(

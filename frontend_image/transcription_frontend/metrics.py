@@ -93,6 +93,22 @@ PEER_ERRORS = Counter(
     "Peer frontends that did not report their load in time (their share is left out of "
     "the autoscaling metric until they do).",
 )
+CHUNKED = Counter(
+    "transcription_frontend_chunked_requests_total",
+    "Requests whose long audio was cut into chunks (each chunk is also a request in "
+    "requests_total; the whole request is counted there with pool `chunked`).",
+    ["model"],
+)
+CHUNKS = Histogram(
+    "transcription_frontend_chunks_per_request",
+    "Chunks a chunked request was cut into.",
+    buckets=(2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256),
+)
+CHUNK_SECONDS = Histogram(
+    "transcription_frontend_chunk_duration_seconds",
+    "Time from a chunk's start to its answer (a chunk waiting for its turn not counted).",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120),
+)
 REALTIME_SESSIONS = Gauge(
     "transcription_frontend_realtime_sessions",
     "Realtime transcription sessions open (WebSockets on /v1/realtime).",

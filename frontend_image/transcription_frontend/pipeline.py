@@ -7,6 +7,9 @@
   5. audio      an empty or non-audio file is refused here; its container (sniff.py)
                 and duration are read from its header
   6. needs      what the request needs from a pool                        (capabilities)
+  6b. long     audio that is chunked (chunking_strategy, or too long     (longaudio/)
+                for one request) is cut on silence, its chunks sent back
+                into this pipeline at once, and stitched into one answer
   7. pools      the pools that cover the needs, continuous first,         (routing.py)
                 whose engines take its fields, container and duration     (adapters/)
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
@@ -32,6 +35,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from transcription_api.capabilities import Capability, request_needs
+from transcription_api.chunking import parse_chunking
 from transcription_api.errors import APIError, bad_request
 from transcription_api.multipart import check_length, parse_upload
 from transcription_api.params import parse_request
@@ -44,6 +48,7 @@ from .errors import internal_error
 from .forward import Body, WorkerAnswer
 from .gateway import Gateway
 from .hold import Holdable
+from .longaudio.fanout import plan, too_long, transcribe_long
 from .metrics import Observation
 from .request_id import request_id
 from .respond import Reply
@@ -157,6 +162,20 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             keywords=bool(request.keywords),
             logprobs=request.logprobs,
         )
+        cfg = ex.gw.chunking
+        if cfg.max_audio_seconds is not None and (audio.seconds or 0) > cfg.max_audio_seconds:
+            raise too_long(audio.seconds or 0, cfg.max_audio_seconds)
+        strategy = plan(cfg, parse_chunking(upload.fields), audio, upload.size, ex.gw.router,
+                        needs)  # fmt: skip
+        if strategy is not None:  # long audio: cut, fanned out, stitched (longaudio/)
+            ex.obs.pool = "chunked"
+            async with cancel_on_disconnect(ex.receive, ex.answered):
+                reply = await transcribe_long(transcribe, ex.gw, endpoint, ex.scope, upload,
+                                              request, strategy, needs, primary)  # fmt: skip
+                ex.obs.status = reply.status
+                await reply.send(ex.send)
+            ex.obs.audio_seconds = reply.seconds
+            return
         pools = choose_pools(ex.gw.router, needs, upload.size)
         adapters = able(
             [adapter(p) for p in pools], lambda a: a.transcription_refusal(upload.fields, audio)

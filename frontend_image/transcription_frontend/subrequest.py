@@ -20,14 +20,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.types import Message, Scope
+from starlette.types import Message, Receive, Scope, Send
 
 from transcription_api.capabilities import Capability
 
 from .gateway import Gateway
-from .pipeline import transcribe
 
 OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
+# The pipeline's entry (pipeline.transcribe), passed in: the pipeline itself sends
+# subrequests (long audio's chunks), so this module cannot import it.
+Pipeline = Callable[[Gateway, Capability, Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ class _Reader:
 
 
 async def post(
-    gw: Gateway, endpoint: Capability, fields: list[tuple[str, str]], file: bytes,
-    filename: str, content_type: str, caller: Caller, on_event: OnEvent | None = None,
+    pipeline: Pipeline, gw: Gateway, endpoint: Capability, fields: list[tuple[str, str]],
+    file: bytes, filename: str, content_type: str, caller: Caller,
+    on_event: OnEvent | None = None,
 ) -> tuple[int, bytes]:  # fmt: skip
     """Send one request into the pipeline: (status, body). A streamed answer's events go to
     `on_event` as they are written (its body is then empty)."""
@@ -118,5 +121,5 @@ async def post(
         return {"type": "http.disconnect"}
 
     reader = _Reader(on_event)
-    await transcribe(gw, endpoint, scope, receive, reader.send)
+    await pipeline(gw, endpoint, scope, receive, reader.send)
     return reader.status, bytes(reader.body)

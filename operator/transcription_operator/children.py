@@ -17,7 +17,9 @@ from transcription_api.routes import ROUTES_KEY, PoolRoute, RouteTable, is_engli
 from transcription_api.v1alpha1 import (
     API_VERSION,
     KIND,
+    ChunkingSpec,
     FrontendLimits,
+    FrontendSpec,
     ResourcesSpec,
     TranscriptionDeployment,
     WeightsSource,
@@ -528,6 +530,22 @@ LIMIT_FLAGS = {  # spec.frontend.limits -> the frontend's flags (transcription_f
 }
 
 
+def chunking_args(fe: FrontendSpec) -> list[str]:
+    """The frontend's long-audio flags, for settings away from their defaults."""
+    c, d = fe.chunking, ChunkingSpec()
+    args = ["--no-chunking"] if not c.enabled else []
+    for value, default, flag in (
+        (c.threshold_seconds, d.threshold_seconds, "--chunk-threshold"),
+        (c.max_chunk_seconds, d.max_chunk_seconds, "--max-chunk-seconds"),
+        (c.max_parallel_chunks, d.max_parallel_chunks, "--max-parallel-chunks"),
+    ):
+        if value != default:
+            args += [flag, f"{value:g}"]
+    if fe.max_audio_seconds is not None:
+        args += ["--max-audio-seconds", f"{fe.max_audio_seconds:g}"]
+    return args
+
+
 def limit_args(limits: FrontendLimits) -> list[str]:
     """The flags of the limits set away from their defaults (the frontend's defaults are
     the resource's: an unchanged resource keeps its frontend's command line)."""
@@ -567,6 +585,7 @@ def frontend_deployment(
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     args += limit_args(fe.limits)
+    args += chunking_args(fe)
     if fe.api_key_secret:
         args += ["--api-keys", f"{API_KEYS_MOUNT}/{fe.api_key_secret.key}"]
         volumes.append(

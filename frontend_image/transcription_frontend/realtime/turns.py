@@ -18,6 +18,7 @@ from transcription_api.openai import Language, Logprob
 from transcription_api.realtime import LOGPROBS, ErrorBody, TranscriptionSession
 
 from ..gateway import Gateway
+from ..pipeline import transcribe
 from ..routing import NoPool
 from ..subrequest import Caller, post
 
@@ -95,8 +96,8 @@ async def transcribe_turn(
         elif kind == "error":
             failed.append(ErrorBody.model_validate(payload.get("error") or {"message": "error"}))
 
-    status, body = await post(gw, Capability.TRANSCRIPTIONS, fields(session, streams), wav,
-                              "turn.wav", "audio/wav", caller, on_event)  # fmt: skip
+    status, body = await post(transcribe, gw, Capability.TRANSCRIPTIONS, fields(session, streams),
+                              wav, "turn.wav", "audio/wav", caller, on_event)  # fmt: skip
     if status != 200:
         raise TurnFailed(_error(body), status)
     if body:  # a whole answer (no pool streams): one delta, then done

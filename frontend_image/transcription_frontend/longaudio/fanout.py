@@ -1,0 +1,253 @@
+"""Long audio, whole: when to chunk a request, and the chunks fanned out and stitched.
+
+A request is chunked when it sets `chunking_strategy`, when its audio (by its header) is
+longer than `threshold_seconds`, or when no pool's engine takes it whole (longer than the
+engine's `max_audio_seconds`, or larger than its upload limit). Then:
+1. the upload is decoded as a stream into 16 kHz mono PCM, spooled to disk (cut.py);
+2. Silero VAD finds the silences, and the audio is cut in them, each chunk at most
+   `max_chunk_seconds` (cut.py);
+3. each chunk, as 16 kHz FLAC, is a request of its own into the pipeline (subrequest.py):
+   the pool's least-loaded ready worker takes it, a worker that fails before answering is
+   replaced by another, a pool at zero is woken and the chunk held; at most `max_parallel`
+   chunks of a request run at once;
+4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
+   each chunk's text as soon as it and every chunk before it are done.
+A client that disconnects cancels every chunk still running; a chunk that fails fails the
+request, naming the chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+from transcription_api import sse
+from transcription_api.capabilities import Capability
+from transcription_api.chunking import FIELD, ChunkingStrategy
+from transcription_api.errors import APIError
+from transcription_api.multipart import Upload
+from transcription_api.openai import (
+    SEGMENT_FORMATS,
+    DurationUsage,
+    ErrorEvent,
+    TextDelta,
+    TextDone,
+    TranscriptionRequest,
+)
+from transcription_api.render import render
+from transcription_api.routes import PoolRoute
+
+from .. import metrics
+from ..request_id import request_id
+from ..respond import Reply
+from ..routing import NoPool, Router
+from ..sniff import AudioInfo
+from ..subrequest import Caller, Pipeline, post
+from .cut import Chunk, ChunkSettings, CorruptAudio, Decoded, decode, encode, find_cuts
+from .settings import Chunking
+from .stitch import logprobs, stitch
+
+log = logging.getLogger("transcription_frontend.longaudio")
+
+AUTO = ChunkingStrategy()
+
+
+def plan(
+    cfg: Chunking, strategy: ChunkingStrategy | None, audio: AudioInfo, size: int,
+    router: Router, needs: frozenset[Capability],
+) -> ChunkingStrategy | None:  # fmt: skip
+    """How to chunk this request, or None to send it whole."""
+    if strategy is not None:
+        return strategy
+    if not cfg.enabled:
+        return None
+    if audio.seconds is not None and audio.seconds > cfg.threshold_seconds:
+        return AUTO
+    pools = router.candidates(needs, size)
+    if isinstance(pools, NoPool):
+        return AUTO if pools.too_large_for else None
+    limits = [p.capability_set.max_audio_seconds for p in pools]
+    if audio.seconds is not None and all(m is not None and audio.seconds > m for m in limits):
+        return AUTO
+    return None
+
+
+def chunk_seconds(cfg: Chunking, pools: list[PoolRoute] | NoPool) -> float:
+    """The longest chunk: the setting, and no longer than a pool's engine takes whole."""
+    limits = [cfg.max_chunk_seconds]
+    if not isinstance(pools, NoPool):
+        limits += [
+            p.capability_set.max_audio_seconds
+            for p in pools
+            if p.capability_set.max_audio_seconds is not None
+        ]
+    return min(limits)
+
+
+def chunk_fields(
+    fields: list[tuple[str, str]], request: TranscriptionRequest
+) -> list[tuple[str, str]]:
+    """A chunk's form: the client's fields, less the chunking and the stream, asking for
+    segments where the answer needs them."""
+    verbose = request.response_format in SEGMENT_FORMATS or bool(request.timestamp_granularities)
+    out = [
+        (k, v) for k, v in fields
+        if not k.startswith(FIELD) and k not in ("stream", "response_format")
+    ]  # fmt: skip
+    return [*out, ("response_format", "verbose_json" if verbose else "json")]
+
+
+class _Failed(Exception):
+    def __init__(self, error: APIError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+async def transcribe_long(
+    pipeline: Pipeline, gw: Any, endpoint: Capability, scope: Any, upload: Upload,
+    request: TranscriptionRequest, strategy: ChunkingStrategy, needs: frozenset[Capability],
+    model: str,
+) -> Reply:  # fmt: skip
+    """The whole answer (or stream) of a chunked request."""
+    cfg: Chunking = gw.chunking
+    assert upload.file is not None
+    upload.file.seek(0)
+    try:
+        decoded = await asyncio.to_thread(decode, upload.file)
+    except CorruptAudio as e:
+        raise APIError(400, str(e), param="file", code="invalid_audio") from None
+    try:
+        if cfg.max_audio_seconds is not None and decoded.seconds > cfg.max_audio_seconds:
+            raise too_long(decoded.seconds, cfg.max_audio_seconds)
+        settings = ChunkSettings(
+            max_chunk_seconds=chunk_seconds(cfg, gw.router.candidates(needs, 0)),
+            target_chunk_seconds=max(5.0, chunk_seconds(cfg, gw.router.candidates(needs, 0)) - 5),
+            threshold=strategy.threshold,
+            silence_duration_ms=strategy.silence_duration_ms,
+            prefix_padding_ms=strategy.prefix_padding_ms,
+            normalize=strategy.type == "auto",
+        )
+        chunks = await asyncio.to_thread(find_cuts, decoded, settings)
+        metrics.CHUNKED.labels(model=model).inc()
+        metrics.CHUNKS.observe(len(chunks))
+        log.info("%.1f s of audio in %d chunks", decoded.seconds, len(chunks))
+        headers = dict(scope["headers"])
+        caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
+        fields = chunk_fields(upload.fields, request)
+        runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller, cfg.max_parallel)
+        if request.stream:
+            return Reply(200, sse.MEDIA_TYPE, stream=_stream(runner, decoded),
+                         headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
+        answers = await runner.all()
+        whole = stitch(answers, decoded.seconds)
+        billed = _billed(decoded.seconds)
+        out = render(request.response_format, whole, seconds=billed,
+                     logprobs=logprobs(answers) if request.logprobs else None)  # fmt: skip
+        return Reply(200, out.content_type, out.body, seconds=billed)
+    finally:
+        if not request.stream:
+            decoded.close()
+
+
+def too_long(seconds: float, limit: float) -> APIError:
+    return APIError(
+        413,
+        f"The audio is {seconds:.1f} s long; this deployment accepts at most {limit:g} s "
+        "(spec.frontend.maxAudioSeconds). Split it.",
+        param="file", code="audio_too_long",
+    )  # fmt: skip
+
+
+def _billed(seconds: float) -> int:
+    import math
+
+    return math.ceil(seconds - 1e-6)
+
+
+class _Runner:
+    """The chunks of one request, at most `parallel` at a time, answers kept in order."""
+
+    def __init__(
+        self, pipeline: Pipeline, gw: Any, endpoint: Capability, decoded: Decoded,
+        chunks: list[Chunk], fields: list[tuple[str, str]], caller: Caller, parallel: int,
+    ) -> None:  # fmt: skip
+        self.pipeline = pipeline
+        self.gw, self.endpoint, self.decoded, self.chunks = gw, endpoint, decoded, chunks
+        self.fields, self.caller = fields, caller
+        self.slots = asyncio.Semaphore(parallel)
+        self.tasks: list[asyncio.Task[dict[str, Any]]] = []
+
+    def start(self) -> None:
+        if not self.tasks:
+            self.tasks = [asyncio.create_task(self._one(c)) for c in self.chunks]
+
+    async def _one(self, chunk: Chunk) -> dict[str, Any]:
+        async with self.slots:
+            flac = await asyncio.to_thread(encode, self.decoded, chunk)
+            started = time.monotonic()
+            status, body = await post(self.pipeline, self.gw, self.endpoint, self.fields, flac,
+                                      "chunk.flac", "audio/flac", self.caller)  # fmt: skip
+            metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
+        if status != 200:
+            raise _Failed(_chunk_error(chunk, len(self.chunks), status, body))
+        answer: dict[str, Any] = json.loads(body)
+        return answer
+
+    def in_order(self) -> list[Awaitable[dict[str, Any]]]:
+        self.start()
+        return list(self.tasks)
+
+    async def all(self) -> list[tuple[Chunk, dict[str, Any]]]:
+        try:
+            answers = [await t for t in self.in_order()]
+        except _Failed as e:
+            raise e.error from None
+        finally:
+            self.cancel()
+        return list(zip(self.chunks, answers, strict=True))
+
+    def cancel(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
+
+def _chunk_error(chunk: Chunk, total: int, status: int, body: bytes) -> APIError:
+    try:
+        err = json.loads(body)["error"]
+        message, type_ = str(err.get("message")), err.get("type")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message, type_ = body.decode("utf-8", "replace")[:300], None
+    return APIError(
+        status,
+        f"chunk {chunk.index + 1} of {total} ({chunk.start:.1f}-{chunk.end:.1f} s) failed: "
+        f"{message}",
+        param="file", type=type_,
+    )  # fmt: skip
+
+
+async def _stream(runner: _Runner, decoded: Decoded) -> AsyncIterator[bytes]:
+    """Each chunk's text as a delta once it and every chunk before it are done; then the
+    whole text with the audio's seconds; an error event if a chunk fails."""
+    texts: list[str] = []
+    try:
+        for task in runner.in_order():
+            try:
+                answer = await task
+            except _Failed as e:
+                yield sse.encode(ErrorEvent(error=e.error.detail))
+                return
+            text = str(answer.get("text") or "").strip()
+            if text:
+                yield sse.encode(TextDelta(delta=(" " if texts else "") + text))
+                texts.append(text)
+        done = TextDone(text=" ".join(texts),
+                        usage=DurationUsage(seconds=_billed(decoded.seconds)))  # fmt: skip
+        yield sse.encode(done)
+        yield sse.DONE
+    finally:
+        runner.cancel()
+        decoded.close()

@@ -1,0 +1,250 @@
+"""Long audio through the gateway: cut on silence, chunks fanned out over the pool's
+endpoints, one answer stitched, in every format; through the official SDK, with the real
+CPU worker (faster-whisper, tiny.en) or the vLLM stand-in behind the pool."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from testkit.audio import SENTENCES, convert, wer
+from testkit.frontend import PRIMARY, Frontend, pool
+from testkit.longaudio import Recording, damaged, long_recording
+from testkit.standins import Behaviour, Running, serve, start, vllm_app
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import RouteTable
+from transcription_frontend.longaudio.settings import Chunking
+from transcription_worker.batcher import Lane
+from transcription_worker.engine import Transcriber
+from transcription_worker.main import default_model
+from transcription_worker.server import WorkerConfig
+from transcription_worker.server import create_app as worker_app
+
+CHUNKS = "transcription_frontend_chunked_requests_total"
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
+    """About 75 s of the easy sentences with pauses: three chunks or more."""
+    d = tmp_path_factory.mktemp("long")
+    return long_recording(d, 75, sentences=SENTENCES, pause_range=(0.6, 1.4), seed=3)
+
+
+@pytest.fixture(scope="module")
+def cpu_worker() -> Iterator[Running]:
+    lane = Lane(Transcriber(default_model(), threads=2), max_queue=16)
+    names = ["whisper-tiny.en", "whisper-1"]
+    running = start(worker_app(WorkerConfig(served_names=names, model_path="tiny.en"), lane))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def real(cpu_worker: Running) -> Iterator[Frontend]:
+    """Two endpoints of one faster-whisper pool (the same worker twice: the routing is
+    what is under test), audio over 60 s chunked without a field."""
+    fw = pool("fw", [cpu_worker.url, cpu_worker.url.replace("127.0.0.1", "localhost")],
+              engine=Engine.FASTER_WHISPER, mode=Mode.CONTINUOUS)  # fmt: skip
+    table = RouteTable(model="whisper-tiny.en", aliases=["whisper-1"], pools=[fw])
+    fe = Frontend(table, chunking=Chunking(threshold_seconds=60, max_audio_seconds=3600))
+    yield fe
+    fe.running.stop()
+
+
+def sdk(fe: Frontend) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def test_chunking_auto_stitches_every_format_in_order(real: Frontend, recording: Recording) -> None:
+    c = sdk(real)
+    with recording.wav.open("rb") as f:
+        verbose = c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto",
+                                                response_format="verbose_json",
+                                                timestamp_granularities=["word", "segment"])  # fmt: skip
+    print(f"\nchunked WER {wer(recording.text, verbose.text):.3f}: {verbose.text[:120]}...")
+    assert wer(recording.text, verbose.text) <= 0.1
+    assert abs(verbose.duration - recording.seconds) < 0.5
+    assert verbose.segments and [s.id for s in verbose.segments] == list(
+        range(len(verbose.segments))
+    )
+    starts = [s.start for s in verbose.segments]
+    assert starts == sorted(starts) and verbose.segments[-1].end <= recording.seconds + 0.01
+    assert verbose.segments[-1].end > recording.sentences[-1].start
+    assert verbose.words and [w.start for w in verbose.words] == sorted(
+        w.start for w in verbose.words
+    )
+    # every sentence's words once, in order: nothing lost or repeated at the cuts
+    assert len(verbose.words) == pytest.approx(len(recording.text.split()), abs=3)
+    assert real.metric(CHUNKS) == 1
+    assert real.metric("transcription_frontend_requests_total", pool="fw", status="200") >= 3
+
+    with recording.wav.open("rb") as f:
+        srt = c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto",
+                                            response_format="srt")  # fmt: skip
+    numbers = [int(n) for n in re.findall(r"^(\d+)\n\d\d:", str(srt), re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 3, srt
+    with recording.wav.open("rb") as f:
+        vtt = c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto",
+                                            response_format="vtt")  # fmt: skip
+    assert str(vtt).startswith("WEBVTT") and str(vtt).count(" --> ") == len(numbers)
+    with recording.wav.open("rb") as f:
+        text = c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto",
+                                             response_format="text")  # fmt: skip
+    assert wer(recording.text, str(text)) <= 0.1
+    with recording.wav.open("rb") as f:
+        plain = c.audio.transcriptions.create(model="whisper-1", file=f)  # no field: over 60 s
+    assert wer(recording.text, plain.text) <= 0.1
+    assert plain.usage is not None and plain.usage.type == "duration"
+    assert plain.usage.seconds == pytest.approx(recording.seconds, abs=1)
+    assert real.metric(CHUNKS) == 5
+
+
+def test_server_vad_chunking_and_a_stream_in_order(real: Frontend, recording: Recording) -> None:
+    c = sdk(real)
+    with recording.wav.open("rb") as f:
+        events = list(c.audio.transcriptions.create(
+            model="whisper-1", file=f, stream=True,
+            chunking_strategy={"type": "server_vad", "silence_duration_ms": 300, "threshold": 0.5},
+        ))  # fmt: skip
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    done = events[-1]
+    assert done.type == "transcript.text.done" and len(deltas) >= 3
+    assert "".join(deltas) == done.text and wer(recording.text, done.text) <= 0.1
+    assert done.usage is not None and done.usage.type == "duration"
+
+
+def test_bad_chunking_and_long_audio_get_clear_errors(
+    real: Frontend, recording: Recording, tmp_path: Path
+) -> None:
+    c = sdk(real)
+    for strategy, param in (
+        ({"type": "client_vad"}, "chunking_strategy[type]"),
+        ({"type": "server_vad", "threshold": 2}, "chunking_strategy[threshold]"),
+        (
+            {"type": "server_vad", "silence_duration_ms": -1},
+            "chunking_strategy[silence_duration_ms]",
+        ),
+    ):
+        with recording.wav.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+            c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy=strategy)  # type: ignore[arg-type]
+        assert isinstance(e.value.body, dict) and e.value.body["param"] == param, e.value.body
+    broken = damaged(convert(recording.wav, "mp3"), tmp_path / "broken.mp3", at=0.5)
+    with broken.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+        c.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto")
+    assert isinstance(e.value.body, dict) and e.value.body["param"] == "file"
+    seconds = float(re.findall(r"after ([\d.]+) s", e.value.body["message"])[0])
+    assert abs(seconds - recording.seconds / 2) < 3, e.value.body
+    # still serving
+    with recording.wav.open("rb") as f:
+        assert c.audio.transcriptions.create(model="whisper-1", file=f).text
+
+
+def test_longer_than_max_audio_seconds_is_a_413_naming_it(
+    cpu_worker: Running, recording: Recording
+) -> None:
+    fw = pool("fw", [cpu_worker.url], engine=Engine.FASTER_WHISPER)
+    fe = Frontend(RouteTable(model="whisper-tiny.en", aliases=["whisper-1"], pools=[fw]),
+                  chunking=Chunking(max_audio_seconds=30))  # fmt: skip
+    try:
+        with recording.wav.open("rb") as f, pytest.raises(openai.APIStatusError) as e:
+            sdk(fe).audio.transcriptions.create(model="whisper-1", file=f)
+        assert e.value.status_code == 413 and "maxAudioSeconds" in str(e.value.body)
+    finally:
+        fe.running.stop()
+
+
+# ---- the fan-out: over every endpoint, retried, cancelled, failing by chunk
+
+
+@pytest.fixture
+def standins() -> Iterator[tuple[Frontend, Behaviour, Behaviour]]:
+    a, b = Behaviour(delay=0.5), Behaviour(delay=0.5)
+    with (
+        serve(vllm_app([PRIMARY, "whisper-1"], a)) as wa,
+        serve(vllm_app([PRIMARY, "whisper-1"], b)) as wb,
+    ):
+        table = RouteTable(
+            model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [wa.url, wb.url])]
+        )
+        fe = Frontend(table, chunking=Chunking(max_parallel=4))
+        yield fe, a, b
+        fe.running.stop()
+
+
+def test_chunks_run_on_both_endpoints_at_once(
+    standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording
+) -> None:
+    fe, a, b = standins
+    started = time.monotonic()
+    r = fe.post(
+        {"model": "whisper-1", "chunking_strategy": "auto"}, recording.wav.read_bytes(), timeout=120
+    )
+    assert r.status_code == 200, r.text
+    chunks = len(a.seen) + len(b.seen)
+    assert chunks >= 3 and a.seen and b.seen, (len(a.seen), len(b.seen))
+    assert max(a.max_in_flight, b.max_in_flight) >= 1
+    # 0.5 s each, at most 4 at once over two endpoints: well under the serial time
+    assert time.monotonic() - started < chunks * 0.5
+    assert all(s.file_name == "chunk.flac" for s in a.seen + b.seen)
+    assert not any(k.startswith("chunking_strategy") for s in a.seen + b.seen for k, _ in s.fields)
+
+
+def test_a_failing_endpoint_is_retried_and_a_chunk_that_fails_for_good_is_named(
+    standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording
+) -> None:
+    fe, a, b = standins
+    a.status = 503  # refuses: each of its chunks is retried on b
+    r = fe.post(
+        {"model": "whisper-1", "chunking_strategy": "auto"}, recording.wav.read_bytes(), timeout=120
+    )
+    assert r.status_code == 200, r.text
+    assert fe.metric("transcription_frontend_retries_total", pool="batch") >= 1
+    a.status = b.status = 500
+    r = fe.post(
+        {"model": "whisper-1", "chunking_strategy": "auto"}, recording.wav.read_bytes(), timeout=120
+    )
+    assert r.status_code == 502, r.text  # the worker's 500, as the gateway answers it
+    assert re.match(
+        r"chunk \d+ of \d+ \([\d.]+-[\d.]+ s\) failed: ", r.json()["error"]["message"]
+    ), r.text
+
+
+def test_a_client_that_disconnects_cancels_every_chunk(
+    standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording
+) -> None:
+    fe, a, b = standins
+    a.delay = b.delay = 10.0
+    body = recording.wav.read_bytes()
+
+    def leave() -> None:
+        with contextlib.suppress(httpx.TimeoutException):
+            fe.post({"model": "whisper-1", "chunking_strategy": "auto"}, body, timeout=1.5)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (a.in_flight or b.in_flight):
+        time.sleep(0.1)
+    assert a.in_flight == b.in_flight == 0
+    assert a.cancelled + b.cancelled >= 2, (a.cancelled, b.cancelled)
+
+
+def test_the_stitched_json_is_one_answer(standins: tuple[Frontend, Behaviour, Behaviour],
+                                         recording: Recording) -> None:  # fmt: skip
+    fe, _, _ = standins
+    r = fe.post(
+        {"model": "whisper-1", "chunking_strategy": "auto"}, recording.wav.read_bytes(), timeout=120
+    )
+    body = r.json()
+    assert set(body) == {"text", "usage"} and body["usage"]["type"] == "duration", body
+    assert json.dumps(body)
