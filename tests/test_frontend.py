@@ -36,6 +36,7 @@ from testkit.standins import (
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend import routing
+from transcription_frontend.longaudio.settings import Chunking
 
 # --------------------------------------------------------------------------- formats
 
@@ -296,17 +297,47 @@ def test_oversize_upload_gets_413_naming_the_limit(worker: tuple[Running, Behavi
 
 
 def test_files_over_vllms_cap_are_413_not_vllms_400(worker: tuple[Running, Behaviour]) -> None:
+    """Without chunking; with it (the default) such a file is cut into pieces vLLM takes."""
     table = RouteTable(
         model=PRIMARY,
         aliases=["whisper-1"],
         pools=[pool("batch", [worker[0].url])],
         max_upload_bytes=64 * 1024 * 1024,
     )
-    fe = Frontend(table)
+    fe = Frontend(table, chunking=Chunking(enabled=False))
     try:
         r = fe.post({"model": "whisper-1"}, b"RIFF" + b"\x00" * (26 * 1024 * 1024))
         assert r.status_code == 413
         assert "25 MiB" in error(r)["message"]
+    finally:
+        fe.running.stop()
+
+
+def test_files_over_vllms_cap_are_chunked(worker: tuple[Running, Behaviour]) -> None:
+    """A 26 MiB WAV (14 minutes), over vLLM's 25 MiB: its chunks each fit."""
+    import io
+    import wave
+
+    import numpy as np
+
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])],
+                       max_upload_bytes=64 * 1024 * 1024)  # fmt: skip
+    fe = Frontend(table)
+    try:
+        t = np.arange(16000 * 852) / 16000
+        samples = 3000 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 0.2 * t) > 0)
+        buf = io.BytesIO()
+        with wave.open(buf, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(samples.astype("<i2").tobytes())
+        assert buf.tell() > 26 * 1024 * 1024
+        r = fe.post({"model": "whisper-1"}, buf.getvalue(), timeout=300)
+        assert r.status_code == 200, r.text
+        seen = worker[1].seen
+        assert len(seen) >= 852 // 30 and all(s.file_bytes < 25 * 1024 * 1024 for s in seen)
+        assert r.json()["usage"] == {"type": "duration", "seconds": 852}
     finally:
         fe.running.stop()
 

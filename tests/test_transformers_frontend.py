@@ -27,6 +27,7 @@ from testkit.standins import (
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.adapters import adapter
+from transcription_frontend.longaudio.settings import Chunking
 
 WORKER_MODEL = TRANSFORMERS_WHISPER
 
@@ -162,21 +163,39 @@ def test_containers_it_cannot_decode_go_to_a_pool_that_can(
     assert worker[1].seen == [] and len(vllm[1].seen) == 1
 
 
-def test_audio_over_30_seconds_is_a_400_naming_the_limit(
-    alone: Frontend, worker: tuple[Running, Behaviour]
+def test_audio_over_30_seconds_is_a_400_naming_the_limit_without_chunking(
+    worker: tuple[Running, Behaviour],
 ) -> None:
     """transformers would transcribe the first 30 s and drop the rest, silently
-    (`long_audio`)."""
+    (`long_audio`): with chunking off, such audio is refused by name."""
+    fe = Frontend(RouteTable(model=PRIMARY, aliases=["whisper-1"],
+                             pools=[transformers_pool(worker[0].url)]),
+                  chunking=Chunking(enabled=False))  # fmt: skip
+    try:
+        r = fe.post({"model": "whisper-1"}, file=tone_wav(45))
+        assert r.status_code == 400
+        e = error(r)
+        assert e["message"] == (
+            "the audio is 45.0 s long and the transformers engine of pool batch transcribes at "
+            "most 30 s (it would silently drop the rest): split the audio into pieces of 30 s or "
+            "less"
+        )
+        assert (e["param"], e["code"]) == ("file", "audio_too_long")
+        assert worker[1].seen == []
+        assert transcribe(fe, tone_wav(30)) == TEXT  # 30 s exactly is whole
+    finally:
+        fe.running.stop()
+
+
+def test_audio_over_30_seconds_is_chunked_for_transformers(
+    alone: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    """With chunking (the default), audio longer than transformers takes whole is cut into
+    pieces it takes: nothing is dropped."""
     r = alone.post({"model": "whisper-1"}, file=tone_wav(45))
-    assert r.status_code == 400
-    e = error(r)
-    assert e["message"] == (
-        "the audio is 45.0 s long and the transformers engine of pool batch transcribes at "
-        "most 30 s (it would silently drop the rest): split the audio into pieces of 30 s or less"
-    )
-    assert (e["param"], e["code"]) == ("file", "audio_too_long")
-    assert worker[1].seen == []
-    assert transcribe(alone, tone_wav(30)) == TEXT  # 30 s exactly is whole
+    assert r.status_code == 200, r.text
+    assert len(worker[1].seen) == 2 and all(s.file_name == "chunk.flac" for s in worker[1].seen)
+    assert r.json()["text"] == f"{TEXT.strip()} {TEXT.strip()}"
 
 
 def test_audio_over_30_seconds_goes_to_a_pool_that_takes_it(

@@ -23,7 +23,8 @@ from transformers.cli.serving.chat_completion import TransformersCompletionCreat
 from transformers.cli.serving.transcription import TransformersTranscriptionCreateParams
 
 from testkit import standins
-from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
+from testkit.audio import SENTENCES, convert, speak, wer
+from testkit.longaudio import long_recording
 from testkit.processes import frontend, with_endpoints
 from testkit.resources import make_td
 from testkit.standins import free_port
@@ -277,16 +278,17 @@ def test_the_containers_it_decodes_are_the_capability_tables(
     assert decoded <= table.audio_formats  # caf too: not produced here
 
 
-def test_long_audio_is_refused_instead_of_cut(whisper_deployment: Any, tmp_path: Path) -> None:
+def test_long_audio_is_chunked_instead_of_cut(whisper_deployment: Any, tmp_path: Path) -> None:
     """The server transcribes the first 30 s and drops the rest (`long_audio`); through the
-    frontend, a deployment with nothing else says so."""
-    server, _, client = whisper_deployment
-    seen = server.log_text()
-    with pytest.raises(openai.BadRequestError) as e:
-        client.audio.transcriptions.create(model="whisper-1", file=("a.wav", tone_wav(45)))
-    assert e.value.body["code"] == "audio_too_long"  # type: ignore[index]
-    assert "transcribes at most 30 s" in e.value.message
-    assert server.log_text() == seen  # the worker never saw it
+    frontend, longer audio is cut on silence into pieces it takes whole, and nothing is
+    dropped."""
+    _, _, client = whisper_deployment
+    recording = long_recording(tmp_path, 40, sentences=SENTENCES, pause_range=(0.8, 1.2))
+    assert recording.seconds > 30
+    with recording.wav.open("rb") as f:
+        out = client.audio.transcriptions.create(model="whisper-1", file=f)
+    assert wer(recording.text, out.text) <= 0.25, out.text
+    assert recording.sentences[-1].text.split()[-1].strip(".").lower() in out.text.lower()
 
 
 def test_fields_it_refuses_are_a_400_not_its_422(whisper_deployment: Any, wav: Path) -> None:

@@ -123,9 +123,10 @@ async def transcribe_long(
     try:
         if cfg.max_audio_seconds is not None and decoded.seconds > cfg.max_audio_seconds:
             raise too_long(decoded.seconds, cfg.max_audio_seconds)
+        longest = chunk_seconds(cfg, gw.router.candidates(needs, 0))
         settings = ChunkSettings(
-            max_chunk_seconds=chunk_seconds(cfg, gw.router.candidates(needs, 0)),
-            target_chunk_seconds=max(5.0, chunk_seconds(cfg, gw.router.candidates(needs, 0)) - 5),
+            max_chunk_seconds=longest,
+            target_chunk_seconds=max(longest * 0.8, longest - 5),
             threshold=strategy.threshold,
             silence_duration_ms=strategy.silence_duration_ms,
             prefix_padding_ms=strategy.prefix_padding_ms,
