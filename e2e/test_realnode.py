@@ -31,6 +31,7 @@ from testbed import images
 from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
+from testkit.longaudio import long_recording
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
@@ -353,3 +354,27 @@ def test_realtime_sessions_transcribe_through_the_service(stack: Stack, tmp_path
     assert wer(texts[0], got_one) <= 0.25, got_one
     turns = frontend_metrics(stack, "transcription_frontend_realtime_turns_total")
     assert sum(v for k, v in turns.items() if 'outcome="completed"' in k) >= 3, turns
+
+
+def test_long_audio_is_chunked_through_the_service(stack: Stack, tmp_path: Path) -> None:
+    """A minute of speech with pauses and OpenAI's `chunking_strategy`, through the
+    Service: cut on silence by the frontend, each chunk a request to the pool's worker,
+    one answer stitched in every format the SDK asks for."""
+    recording = long_recording(tmp_path, 60, sentences=SENTENCES, pause_range=(0.6, 1.2))
+    c = client(stack.service_url())
+    before = sum(frontend_metrics(stack, "transcription_frontend_chunked_requests_total").values())
+    with recording.wav.open("rb") as f:
+        verbose = c.audio.transcriptions.create(
+            model="whisper-1", file=f, chunking_strategy="auto", response_format="verbose_json"
+        )
+    print(f"\nchunked through the Service: WER {wer(recording.text, verbose.text):.3f}")
+    assert wer(recording.text, verbose.text) <= 0.15, verbose.text
+    assert abs(verbose.duration - recording.seconds) < 0.5
+    assert verbose.segments and verbose.segments[-1].end <= recording.seconds + 0.01
+    with recording.wav.open("rb") as f:
+        srt = str(c.audio.transcriptions.create(model="whisper-1", file=f,
+                                                chunking_strategy="auto", response_format="srt"))  # fmt: skip
+    numbers = [int(n) for n in re.findall(r"^(\d+)\n\d\d:", srt, re.M)]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, srt
+    after = sum(frontend_metrics(stack, "transcription_frontend_chunked_requests_total").values())
+    assert after - before == 2

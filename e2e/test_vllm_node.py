@@ -35,6 +35,7 @@ from testbed import images
 from testbed.kube import Kubectl, td_get, wait_for
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
+from testkit.longaudio import long_recording
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import client, report, transcribe_all
 
@@ -250,6 +251,25 @@ def test_realtime_turns_are_transcribed_by_the_vllm_pool(
     after = requests_by_pool(kubectl, namespace)
     served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
     assert served == {("transcriptions", "batch"): 3}, served
+
+
+def test_long_audio_is_chunked_for_the_vllm_pool(
+    kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """A minute of speech with `chunking_strategy`: its chunks are requests to vLLM's
+    continuous pool, stitched into one answer."""
+    recording = long_recording(tmp_path, 60, sentences=SENTENCES, pause_range=(0.6, 1.2))
+    before = requests_by_pool(kubectl, namespace)
+    with recording.wav.open("rb") as f:
+        out = client(service_url(kubectl, namespace)).audio.transcriptions.create(
+            model="whisper-1", file=f, chunking_strategy="auto"
+        )
+    print(f"\nchunked on vLLM: WER {wer(recording.text, out.text):.3f}")
+    assert wer(recording.text, out.text) <= 0.15, out.text
+    after = requests_by_pool(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    assert served.get(("transcriptions", "batch"), 0) >= 2, served
+    assert served.get(("transcriptions", "chunked"), 0) == 1, served
 
 
 def test_an_english_only_model_refuses_another_language_clearly(
