@@ -96,6 +96,9 @@ def test_server_vad_turns_are_transcribed_in_order_by_the_real_worker(
 ) -> None:
     texts = SENTENCES[:2]
     audio = conversation(texts, speech_dir)
+    # the metrics are the process's: counted from here
+    turns = real.metric("transcription_frontend_realtime_turns_total", outcome="completed")
+    served = real.metric("transcription_frontend_requests_total", pool="fw", status="200")
 
     async def scenario() -> list[Any]:
         async with client(real).realtime.connect(extra_query=INTENT) as conn:
@@ -133,8 +136,12 @@ def test_server_vad_turns_are_transcribed_in_order_by_the_real_worker(
         order = [i for i, e in enumerate(events) if getattr(e, "item_id", None) == c.item_id
                  or getattr(getattr(e, "item", None), "id", None) == c.item_id]  # fmt: skip
         assert [events[i].type for i in order][-1] == "conversation.item.done"
-    assert real.metric("transcription_frontend_realtime_turns_total", outcome="completed") == 2
-    assert real.metric("transcription_frontend_requests_total", pool="fw", status="200") == 2
+    assert (
+        real.metric("transcription_frontend_realtime_turns_total", outcome="completed") == turns + 2
+    )
+    assert (
+        real.metric("transcription_frontend_requests_total", pool="fw", status="200") == served + 2
+    )
 
 
 def test_manual_commits_with_logprobs_and_g711(real: Frontend, speech_dir: Path) -> None:
@@ -329,6 +336,7 @@ def test_sessions_over_the_limit_are_refused_with_retry_after(
     standin: tuple[Frontend, Behaviour],
 ) -> None:
     fe, _ = standin  # two sessions at most
+    refused = fe.metric("transcription_frontend_realtime_refused_total", reason="limit")
 
     async def scenario() -> tuple[int, dict[str, str]]:
         async with (
@@ -346,7 +354,7 @@ def test_sessions_over_the_limit_are_refused_with_retry_after(
 
     status, headers = run(scenario())
     assert status == 503 and headers["retry-after"] == "1"
-    assert fe.metric("transcription_frontend_realtime_refused_total", reason="limit") == 1
+    assert fe.metric("transcription_frontend_realtime_refused_total", reason="limit") == refused + 1
 
 
 def test_an_idle_session_is_told_and_closed(standin: tuple[Frontend, Behaviour]) -> None:
@@ -377,6 +385,8 @@ def test_a_turn_whose_worker_fails_is_retried_elsewhere_or_fails_alone(
         fe = Frontend(table)
         try:
             speech = pcm(SENTENCES[0], speech_dir)
+            failed = fe.metric("transcription_frontend_realtime_turns_total", outcome="failed")
+            retries = fe.metric("transcription_frontend_retries_total", pool="batch")
 
             async def turn(conn: Any) -> list[Any]:
                 await stream(conn, speech)
@@ -397,8 +407,11 @@ def test_a_turn_whose_worker_fails_is_retried_elsewhere_or_fails_alone(
                         assert any(e.type.endswith("transcription.completed") for e in events)
 
             run(scenario())
-            assert fe.metric("transcription_frontend_retries_total", pool="batch") >= 1
-            assert fe.metric("transcription_frontend_realtime_turns_total", outcome="failed") == 1
+            assert fe.metric("transcription_frontend_retries_total", pool="batch") >= retries + 1
+            assert (
+                fe.metric("transcription_frontend_realtime_turns_total", outcome="failed")
+                == failed + 1
+            )
         finally:
             fe.running.stop()
 

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transcription_api import sse
 from transcription_api.capabilities import Capability
@@ -47,9 +47,14 @@ from ..respond import Reply
 from ..routing import NoPool, Router
 from ..sniff import AudioInfo
 from ..subrequest import Caller, Pipeline, post
-from .cut import Chunk, ChunkSettings, CorruptAudio, Decoded, decode, encode, find_cuts
 from .settings import Chunking
 from .stitch import logprobs, stitch
+
+if TYPE_CHECKING:
+    from .cut import Chunk, Decoded
+
+# cut.py (PyAV, numpy, and Silero in onnxruntime: 57 MB of a gateway's memory) is imported
+# by the first request that is chunked, not by every gateway.
 
 log = logging.getLogger("transcription_frontend.longaudio")
 
@@ -113,6 +118,8 @@ async def transcribe_long(
     model: str,
 ) -> Reply:  # fmt: skip
     """The whole answer (or stream) of a chunked request."""
+    from .cut import ChunkSettings, CorruptAudio, decode, find_cuts
+
     cfg: Chunking = gw.chunking
     assert upload.file is not None
     upload.file.seek(0)
@@ -187,6 +194,8 @@ class _Runner:
             self.tasks = [asyncio.create_task(self._one(c)) for c in self.chunks]
 
     async def _one(self, chunk: Chunk) -> dict[str, Any]:
+        from .cut import encode
+
         async with self.slots:
             flac = await asyncio.to_thread(encode, self.decoded, chunk)
             started = time.monotonic()

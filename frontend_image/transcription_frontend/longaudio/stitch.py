@@ -15,11 +15,12 @@ words, else `json`). Stitched:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transcription_api.openai import Logprob, Segment, VerboseTranscription, Word
 
-from .cut import Chunk
+if TYPE_CHECKING:  # cut.py loads PyAV and numpy: only when a request is chunked
+    from .cut import Chunk
 
 
 def stitch(answers: Sequence[tuple[Chunk, dict[str, Any]]], seconds: float) -> VerboseTranscription:

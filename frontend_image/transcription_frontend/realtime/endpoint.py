@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from pydantic import BaseModel
@@ -31,8 +32,10 @@ from transcription_api.realtime import ErrorBody, ErrorEvent, EventError, parse_
 from .. import metrics
 from ..gateway import Gateway
 from ..pipeline import resolve_model
-from .session import Session
 from .sessions import Sessions
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger("transcription_frontend.realtime")
 
@@ -54,6 +57,9 @@ async def serve(
         metrics.REALTIME_REFUSED.labels(reason=reason).inc()
         await refuse(scope, send, error)
         return
+    # session.py (PyAV, numpy, Silero in onnxruntime: 57 MB) is loaded by the first session
+    from .session import Session
+
     ws = WebSocket(scope, receive, send)
     # A browser offers `realtime` with its key's subprotocol; the answer must pick one.
     await ws.accept(subprotocol="realtime" if "realtime" in protocols else None)
