@@ -1,5 +1,5 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|operator|scale|all]
-[--quick]"""
+"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|longaudio|
+operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def main() -> int:
             "worker-settings",
             "keywords",
             "realtime",
+            "longaudio",
             "operator",
             "scale",
             "all",

@@ -1,6 +1,7 @@
 """Long recordings for the long-audio tests and benchmarks: espeak-ng sentences joined by
 pauses of chosen lengths, so where every sentence lies is known to the sample; recordings
-with no silence at all; hour-long files made cheaply; damaged copies of files.
+with no silence at all; hour-long files made cheaply; damaged copies of files; a
+recording's first sentences as a file of their own.
 """
 
 from __future__ import annotations
@@ -132,6 +133,17 @@ def long_recording(
         audio += noise * 32768 * 10 ** (noise_dbfs / 20)
     path = write_wav(directory / f"{name}.wav", np.round(audio))
     return Recording(path, audio.size / RATE, tuple(placed))
+
+
+def excerpt(recording: Recording, seconds: float, out: Path) -> Recording:
+    """The start of `recording` up to about `seconds`: its sentences that end by then (at
+    least the first), cut in the middle of the pause after the last of them, as a WAV of
+    its own."""
+    kept = [s for s in recording.sentences if s.end <= seconds] or list(recording.sentences[:1])
+    pause = recording.pause_at(kept[-1].end + 1e-6) or (kept[-1].end, kept[-1].end)
+    stop = round((pause[0] + pause[1]) / 2 * RATE)
+    samples = read_wav(recording.wav)[:stop]
+    return Recording(write_wav(out, samples), samples.size / RATE, tuple(kept))
 
 
 def babble(directory: Path, seconds: float = 70.0, voices: int = 3, seed: int = 0) -> Path:

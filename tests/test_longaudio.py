@@ -253,3 +253,15 @@ def test_the_stitched_json_is_one_answer(standins: tuple[Frontend, Behaviour, Be
     body = r.json()
     assert set(body) == {"text", "usage"} and body["usage"]["type"] == "duration", body
     assert json.dumps(body)
+
+
+@pytest.mark.parametrize("threshold", ["0", "1", "1.5", "x"])
+def test_a_threshold_outside_0_to_1_is_a_400(
+    standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording, threshold: str
+) -> None:
+    fe, a, b = standins
+    r = fe.post([("model", "whisper-1"), ("chunking_strategy[type]", "server_vad"),
+                 ("chunking_strategy[threshold]", threshold)], recording.wav.read_bytes())  # fmt: skip
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "chunking_strategy[threshold]"
+    assert not a.seen and not b.seen

@@ -24,7 +24,7 @@ class ChunkingStrategy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["auto", "server_vad"] = "auto"
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
     prefix_padding_ms: int = Field(default=300, ge=0, le=10_000)
     silence_duration_ms: int = Field(default=500, ge=32, le=10_000)
 

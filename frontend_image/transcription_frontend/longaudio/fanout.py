@@ -133,7 +133,8 @@ async def transcribe_long(
         longest = chunk_seconds(cfg, gw.router.candidates(needs, 0))
         settings = ChunkSettings(
             max_chunk_seconds=longest,
-            target_chunk_seconds=max(longest * 0.8, longest - 5),
+            # late cuts, few chunks: each costs Whisper a whole 30 s window, however short
+            target_chunk_seconds=max(longest * 0.8, longest - 1.5),
             threshold=strategy.threshold,
             silence_duration_ms=strategy.silence_duration_ms,
             prefix_padding_ms=strategy.prefix_padding_ms,
