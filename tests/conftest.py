@@ -9,7 +9,7 @@ import pytest
 
 from testkit.frontend import AUDIO_LM_MODEL, PRIMARY, SERVED, Frontend, pool
 from testkit.resources import make_td
-from testkit.standins import Behaviour, Running, serve, transformers_app, vllm_app
+from testkit.standins import Behaviour, Running, serve, start, transformers_app, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import TranscriptionDeployment
@@ -82,3 +82,19 @@ def with_faster_whisper(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Fro
     fe = Frontend(table)
     yield fe, worker[1]
     fe.running.stop()
+
+
+@pytest.fixture(scope="module")
+def cpu_worker() -> Iterator[Running]:
+    """The real CPU worker (faster-whisper, Whisper tiny.en) over real HTTP."""
+    from transcription_worker.batcher import Lane
+    from transcription_worker.engine import Transcriber
+    from transcription_worker.main import default_model
+    from transcription_worker.server import WorkerConfig
+    from transcription_worker.server import create_app as worker_app
+
+    lane = Lane(Transcriber(default_model(), threads=2), max_queue=16)
+    names = ["whisper-tiny.en", "whisper-1"]
+    running = start(worker_app(WorkerConfig(served_names=names, model_path="tiny.en"), lane))
+    yield running
+    running.stop()

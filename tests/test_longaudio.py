@@ -19,15 +19,10 @@ import pytest
 from testkit.audio import SENTENCES, convert, wer
 from testkit.frontend import PRIMARY, Frontend, pool
 from testkit.longaudio import Recording, damaged, long_recording
-from testkit.standins import Behaviour, Running, serve, start, vllm_app
+from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.longaudio.settings import Chunking
-from transcription_worker.batcher import Lane
-from transcription_worker.engine import Transcriber
-from transcription_worker.main import default_model
-from transcription_worker.server import WorkerConfig
-from transcription_worker.server import create_app as worker_app
 
 CHUNKS = "transcription_frontend_chunked_requests_total"
 
@@ -37,15 +32,6 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
     """About 75 s of the easy sentences with pauses: three chunks or more."""
     d = tmp_path_factory.mktemp("long")
     return long_recording(d, 75, sentences=SENTENCES, pause_range=(0.6, 1.4), seed=3)
-
-
-@pytest.fixture(scope="module")
-def cpu_worker() -> Iterator[Running]:
-    lane = Lane(Transcriber(default_model(), threads=2), max_queue=16)
-    names = ["whisper-tiny.en", "whisper-1"]
-    running = start(worker_app(WorkerConfig(served_names=names, model_path="tiny.en"), lane))
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -20,15 +20,10 @@ import websockets
 from testkit.audio import SENTENCES, wer
 from testkit.frontend import PRIMARY, Frontend, pool
 from testkit.realtime import appends, conversation, pcm, server_event, silence, until
-from testkit.standins import Behaviour, Running, serve, start, vllm_app
+from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.limits import Limits
-from transcription_worker.batcher import Lane
-from transcription_worker.engine import Transcriber
-from transcription_worker.main import default_model
-from transcription_worker.server import WorkerConfig
-from transcription_worker.server import create_app as worker_app
 
 INTENT = {"intent": "transcription"}
 MANUAL = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
@@ -37,15 +32,6 @@ MANUAL = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
 @pytest.fixture(scope="module")
 def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("speech")
-
-
-@pytest.fixture(scope="module")
-def cpu_worker() -> Iterator[Running]:
-    lane = Lane(Transcriber(default_model(), threads=2), max_queue=8)
-    names = ["whisper-tiny.en", "whisper-1"]
-    running = start(worker_app(WorkerConfig(served_names=names, model_path="tiny.en"), lane))
-    yield running
-    running.stop()
 
 
 @pytest.fixture
