@@ -391,6 +391,14 @@ def test_a_turn_whose_worker_fails_is_retried_elsewhere_or_fails_alone(
                     for _ in range(4):
                         events = await turn(conn)
                         assert any(e.type.endswith("transcription.completed") for e in events)
+                    # one is killed mid-turn (its connection cut before its first event)
+                    worker[1].status, worker[1].cut_stream_after = None, 0
+                    hit = len(worker[1].seen)
+                    for _ in range(4):
+                        events = await turn(conn)
+                        (done,) = [e for e in events if e.type.endswith("completed")]
+                        assert done.transcript
+                    assert len(worker[1].seen) > hit  # the killed one was tried, and replaced
 
             run(scenario())
             assert fe.metric("transcription_frontend_retries_total", pool="batch") >= retries + 1
