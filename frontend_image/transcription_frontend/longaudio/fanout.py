@@ -38,7 +38,7 @@ from transcription_api.openai import (
     TextDone,
     TranscriptionRequest,
 )
-from transcription_api.render import render
+from transcription_api.render import billed_seconds, render
 from transcription_api.routes import PoolRoute
 
 from .. import metrics
@@ -153,7 +153,7 @@ async def transcribe_long(
                          headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
         answers = await runner.all()
         whole = stitch(answers, decoded.seconds)
-        billed = _billed(decoded.seconds)
+        billed = billed_seconds({}, decoded.seconds)
         out = render(request.response_format, whole, seconds=billed,
                      logprobs=logprobs(answers) if request.logprobs else None)  # fmt: skip
         return Reply(200, out.content_type, out.body, seconds=billed)
@@ -169,12 +169,6 @@ def too_long(seconds: float, limit: float) -> APIError:
         "(spec.frontend.maxAudioSeconds). Split it.",
         param="file", code="audio_too_long",
     )  # fmt: skip
-
-
-def _billed(seconds: float) -> int:
-    import math
-
-    return math.ceil(seconds - 1e-6)
 
 
 class _Runner:
@@ -255,8 +249,8 @@ async def _stream(runner: _Runner, decoded: Decoded) -> AsyncIterator[bytes]:
             if text:
                 yield sse.encode(TextDelta(delta=(" " if texts else "") + text))
                 texts.append(text)
-        done = TextDone(text=" ".join(texts),
-                        usage=DurationUsage(seconds=_billed(decoded.seconds)))  # fmt: skip
+        seconds = billed_seconds({}, decoded.seconds) or 0
+        done = TextDone(text=" ".join(texts), usage=DurationUsage(seconds=seconds))
         yield sse.encode(done)
         yield sse.DONE
     finally:
