@@ -174,16 +174,15 @@ def test_chunks_run_on_both_endpoints_at_once(
     standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording
 ) -> None:
     fe, a, b = standins
-    started = time.monotonic()
     r = fe.post(
         {"model": "whisper-1", "chunking_strategy": "auto"}, recording.wav.read_bytes(), timeout=120
     )
     assert r.status_code == 200, r.text
     chunks = len(a.seen) + len(b.seen)
     assert chunks >= 3 and a.seen and b.seen, (len(a.seen), len(b.seen))
-    assert max(a.max_in_flight, b.max_in_flight) >= 1
-    # 0.5 s each, at most 4 at once over two endpoints: well under the serial time
-    assert time.monotonic() - started < chunks * 0.5
+    # at once, not one after the other: three or more chunks over two endpoints at once put
+    # two on one of them (one after the other, each would hold one at a time)
+    assert max(a.max_in_flight, b.max_in_flight) >= 2, (a.max_in_flight, b.max_in_flight)
     assert all(s.file_name == "chunk.flac" for s in a.seen + b.seen)
     assert not any(k.startswith("chunking_strategy") for s in a.seen + b.seen for k, _ in s.fields)
 
