@@ -146,7 +146,19 @@ KEDA = Tool(
         "adapter": "github.com/kedacore/keda/v2/cmd/adapter",
     },
 )
-ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA)
+# Checkers that `make test` runs (not part of the cluster): actionlint lints the release
+# workflows, promtool tests the alert rules and the dashboard's queries.
+ACTIONLINT = Tool(
+    "actionlint",
+    "github.com/rhysd/actionlint",
+    {"actionlint": "github.com/rhysd/actionlint/cmd/actionlint"},
+)
+PROMTOOL = Tool(
+    "prometheus",
+    "github.com/prometheus/prometheus",
+    {"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
+)
+ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, ACTIONLINT, PROMTOOL)
 
 
 def ldflags(tool: Tool) -> str:
@@ -159,6 +171,9 @@ def ldflags(tool: Tool) -> str:
         "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
         "coredns": [],  # it reports the version of its module
         "keda": [f"-X github.com/kedacore/keda/v2/version.Version={v}"],
+        # As its release binaries say it: "1.7.12" (its usage header links the docs of v1.7.12).
+        "actionlint": [f"-X github.com/rhysd/actionlint.version={v.lstrip('v')}"],
+        "prometheus": [f"-X github.com/prometheus/common/version.Version={v.lstrip('v')}"],
     }[tool.name]
     return " ".join(["-s", "-w", *extra])
 
