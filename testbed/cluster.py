@@ -158,7 +158,8 @@ PROMTOOL = Tool(
     "github.com/prometheus/prometheus",
     {"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
 )
-ALL_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, ACTIONLINT, PROMTOOL)
+CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA)
+ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL)
 
 
 def ldflags(tool: Tool) -> str:
@@ -240,13 +241,13 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 
 
-def build_all() -> dict[str, str]:
+def build_all(tools: tuple[Tool, ...] = ALL_TOOLS) -> dict[str, str]:
     """Binaries and images; return image name -> reference. The images that hold no
     binary build alongside the Go builds (those use the CPUs; image builds mostly wait on
     downloads and the disk), then the images of the add-on binaries."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         own = pool.submit(images.build, images.WITHOUT_BINARY)
-        build()
+        build(tools)
         own.result()
     return images.build()
 
@@ -371,9 +372,9 @@ def is_up() -> bool:
 def up() -> Path:
     """Start the cluster and the real node (idempotent); return the kubeconfig path."""
     if REAL_NODE:
-        build_all()
+        build_all(CLUSTER_TOOLS)
     else:
-        build()
+        build(CLUSTER_TOOLS)
     if is_up():
         say(f"cluster {CLUSTER!r} already up")
     else:
