@@ -2,18 +2,32 @@
 
 python -m charts.render_install            write install.yaml
 python -m charts.render_install --check    exit 1 if install.yaml is stale
+python -m charts.render_install --digests DIGESTS --registry ghcr.io/OWNER --output FILE
+    the release's install.yaml: every image pinned by digest (<registry>/<name>@sha256:...).
+    DIGESTS: a folder with one file per image, named after it, holding its digest (what the
+    release workflow's image jobs write), or a JSON object {"<image>": "sha256:..."}.
+
+Only the standard library is used (the release workflow runs it before any virtual
+environment exists); helm is the test bed's, built from its pinned Go module.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import testbed.cluster  # the helm binary the test bed builds
+from release.images import NAMES
+from release.version import IMAGE_REF, current
 
 ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "transcription-operator"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 NAMESPACE = "transcription-system"
 HEADER = f"""# transcription-operator: CRD, RBAC and operator, for kubectl apply -f install.yaml.
@@ -28,24 +42,101 @@ metadata:
 """
 
 
-def render() -> str:
+class PinError(ValueError):
+    """Digests that cannot pin install.yaml: missing, unknown, malformed, or for images the
+    rendered manifests do not refer to as the release names them."""
+
+
+def helm_binary() -> Path:
     testbed.cluster.build((testbed.cluster.HELM,))
+    return testbed.cluster.HELM.path("helm")
+
+
+def render(chart: Path = CHART) -> str:
     out = subprocess.run(
-        [str(testbed.cluster.HELM.path("helm")), "template", "transcription-operator",
-         str(ROOT / "charts" / "transcription-operator"), "--namespace", NAMESPACE],
+        [str(helm_binary()), "template", "transcription-operator", str(chart),
+         "--namespace", NAMESPACE],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return HEADER + out.stdout
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+def pin(text: str, digests: Mapping[str, str], registry: str, version: str) -> str:
+    """``text`` with every released image, ``<registry>/<name>:<version>``, replaced by
+    ``<registry>/<name>@<digest>``. Every image the release builds needs a digest, and every
+    reference must be the release's own (its registry and version): anything else is a
+    PinError that names it."""
+    unknown = sorted(set(digests) - set(NAMES))
+    if unknown:
+        raise PinError(
+            f"digests for images the release does not build: {', '.join(unknown)} "
+            f"(its images: {', '.join(NAMES)})"
+        )
+    missing = [n for n in NAMES if n not in digests]
+    if missing:
+        raise PinError(
+            f"no digest for {', '.join(missing)}: every image of the release needs one "
+            "(did its build job fail?)"
+        )
+    for name, digest in digests.items():
+        if not DIGEST.fullmatch(digest):
+            raise PinError(f"the digest of {name} is not sha256:<64 hex digits>: {digest!r}")
+    seen: set[str] = set()
+    wrong: list[str] = []
+
+    def replace(m: re.Match[str]) -> str:
+        if m.group("registry") != registry or m.group("version") != version:
+            wrong.append(m.group(0))
+            return m.group(0)
+        seen.add(m.group("name"))
+        return f"{registry}/{m.group('name')}@{digests[m.group('name')]}"
+
+    pinned = re.sub(IMAGE_REF, replace, text)
+    if wrong:
+        raise PinError(
+            f"install.yaml refers to {', '.join(sorted(set(wrong)))}, not to "
+            f"{registry}/<image>:{version}: stamp the release first "
+            f"(python -m release.version set {version} --registry {registry})"
+        )
+    unused = [n for n in NAMES if n not in seen]
+    if unused:
+        raise PinError(f"install.yaml does not refer to {', '.join(unused)}")
+    return pinned
+
+
+def read_digests(path: Path) -> dict[str, str]:
+    """Digests by image name: a folder of files named after the images, or a JSON object."""
+    if path.is_dir():
+        return {f.name: f.read_text().strip() for f in sorted(path.iterdir()) if f.is_file()}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PinError(f"{path}: not a folder of digests or a JSON object ({e})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise PinError(f'{path}: not a JSON object {{"<image>": "sha256:..."}}')
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--check", action="store_true")
-    args = p.parse_args()
-    text, path = render(), ROOT / "install.yaml"
+    p.add_argument("--digests", type=Path, help="pin every image by digest (a release)")
+    p.add_argument("--registry", help="where the release's images are (with --digests)")
+    p.add_argument("--output", type=Path, default=ROOT / "install.yaml")
+    args = p.parse_args(argv)
+    if args.digests and not args.registry:
+        p.error("--digests needs --registry (e.g. ghcr.io/transcription-dev)")
+    text, path = render(), args.output
+    if args.digests:
+        try:
+            text = pin(text, read_digests(args.digests), args.registry, current())
+        except PinError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if args.check:
         if path.read_text() != text:
-            print("install.yaml is stale: run `python charts/render_install.py`", file=sys.stderr)
+            print("install.yaml is stale: run `python -m charts.render_install`", file=sys.stderr)
             return 1
         return 0
     path.write_text(text)
