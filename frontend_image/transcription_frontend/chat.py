@@ -55,7 +55,9 @@ async def _pipeline(ex: Exchange) -> None:
     length = headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         raise body_too_large(limit)
-    raw = await read_body(Request(ex.scope, ex.receive).stream(), limit)
+    with ex.gw.tracer.span("receive") as span:
+        raw = await read_body(Request(ex.scope, ex.receive).stream(), limit)
+        span.set("transcription.upload.bytes", len(raw))
     ex.obs.upload(len(raw))
     request, body = parse_chat(raw)
     ex.obs.model = primary = resolve_model(table, request.model, key)
@@ -68,8 +70,11 @@ async def _pipeline(ex: Exchange) -> None:
         body["messages"][i]["content"][j]["input_audio"]["format"] = info.container
         audio.append((param, info))
     needs = request_needs(Capability.CHAT, stream=request.stream)
-    pools = choose_pools(ex.gw.router, needs, len(raw))
-    adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
+    traced = {"transcription.needs": sorted(c.value for c in needs)}
+    with ex.gw.tracer.span("route", traced) as span:
+        pools = choose_pools(ex.gw.router, needs, len(raw))
+        adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
+        span.set("transcription.pools", [a.pool.name for a in adapters])
     await ex.forward(
         adapters,
         lambda a: a.chat_request(body, primary),

@@ -41,6 +41,7 @@ from transcription_api.routes import PoolRoute
 from . import metrics
 from .hold import Holdable, Holds
 from .routing import Router
+from .tracing import Tracer
 
 log = logging.getLogger("transcription_frontend.forward")
 
@@ -216,10 +217,14 @@ RequestFor = Callable[[PoolRoute], tuple[str, Body]]
 
 
 class Forwarder:
-    def __init__(self, router: Router, client: aiohttp.ClientSession, holds: Holds) -> None:
+    def __init__(
+        self, router: Router, client: aiohttp.ClientSession, holds: Holds,
+        tracer: Tracer | None = None,
+    ) -> None:  # fmt: skip
         self.router = router
         self.client = client
         self.holds = holds
+        self.tracer = tracer or Tracer()
 
     @asynccontextmanager
     async def send(
@@ -229,17 +234,23 @@ class Forwarder:
         """The answer of the best endpoint of the first pool that has one (retrying on
         failure, holding `held` -- the upload, or the request's body -- while there is
         none), for as long as the block runs; `request_for(pool)` is the path and body for
-        that pool's engine."""
-        answer = await self._send(pools, request_for, held, request_id, stream)
-        try:
-            yield answer
-        finally:
-            # A fully read answer's connection is kept alive; a half-read one (the client
-            # left, the stream failed) is closed, which stops the worker's work on it.
-            answer.response.release()
-            self.router.release(answer.url, answer.pool.name)
-            if answer.spilled_from:
-                self.router.spill(answer.spilled_from, -1)
+        that pool's engine. Traced as `forward` (until the answer has been sent), with a
+        `worker` span per attempt and a `hold` span while held."""
+        with self.tracer.span("forward", {"transcription.pools": [p.name for p in pools]}) as span:
+            answer = await self._send(pools, request_for, held, request_id, stream)
+            span.set("transcription.pool", answer.pool.name)
+            span.set("transcription.engine", answer.pool.engine.value)
+            span.set("transcription.worker", answer.url)
+            span.set("transcription.spilled_from", answer.spilled_from)
+            try:
+                yield answer
+            finally:
+                # A fully read answer's connection is kept alive; a half-read one (the client
+                # left, the stream failed) is closed, which stops the worker's work on it.
+                answer.response.release()
+                self.router.release(answer.url, answer.pool.name)
+                if answer.spilled_from:
+                    self.router.spill(answer.spilled_from, -1)
 
     def _pick(self, pools: list[PoolRoute], tried: set[str]) -> tuple[PoolRoute, str] | None:
         for pool in pools:
@@ -264,7 +275,8 @@ class Forwarder:
                     break
                 # No endpoint left to try: hold until discovery changes one of the pools.
                 deadline = deadline or self.holds.deadline()
-                await self.holds.wait(pools, held, deadline)
+                with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
+                    await self.holds.wait(pools, held, deadline)
                 tried.clear()
                 continue
             pool, url = choice
@@ -274,8 +286,14 @@ class Forwarder:
             attempts += 1
             path, body = request_for(pool)
             try:
-                answer = await self._attempt(pool, url, path, body, request_id, stream,
-                                             pools[0].name)  # fmt: skip
+                with self.tracer.span("worker", {
+                    "transcription.pool": pool.name, "transcription.engine": pool.engine.value,
+                    "transcription.worker": url, "transcription.attempt": attempts,
+                    "http.request.method": "POST", "url.full": url + path,
+                }, client=True) as span:  # fmt: skip
+                    answer = await self._attempt(pool, url, path, body, request_id, stream,
+                                                 pools[0].name)  # fmt: skip
+                    span.set("http.response.status_code", answer.status if answer else 503)
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
             except CONNECT_ERRORS as e:
@@ -310,6 +328,7 @@ class Forwarder:
             "content-length": str(len(body)),
             "x-request-id": request_id,
         }
+        self.tracer.inject(headers)  # the `worker` span's traceparent (on: tracing.py)
         spilled = preferred if pool.name != preferred and not self.router.ready(preferred) else None
         self.router.acquire(url, pool.name)
         if spilled:

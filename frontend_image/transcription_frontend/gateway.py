@@ -25,6 +25,7 @@ from .longaudio.settings import Chunking
 from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
+from .tracing import Tracer
 
 log = logging.getLogger("transcription_frontend")
 
@@ -45,6 +46,7 @@ class Gateway:
     scaler_host: str = "0.0.0.0"
     # /internal/load on its own port; None: on the public app (one process, tests)
     internal_port: int | None = None
+    tracer: Tracer = field(default_factory=Tracer)  # off by default (tracing.py)
     started: int = field(default_factory=lambda: int(time.time()))
     client: aiohttp.ClientSession | None = None
 
@@ -60,7 +62,7 @@ class Gateway:
     @property
     def forwarder(self) -> Forwarder:
         assert self.client is not None, "the gateway is not running"
-        return Forwarder(self.router, self.client, self.holds)
+        return Forwarder(self.router, self.client, self.holds, self.tracer)
 
     def apply_slice(self, event: str, slice_: dict[str, Any]) -> None:
         """An EndpointSlice event from any thread (the watch, a test), applied on the loop."""
@@ -106,3 +108,5 @@ class Gateway:
                     t.cancel()
                 if watcher:
                     watcher.stop()
+                # spans still buffered are exported (a blocking call: off the loop)
+                await asyncio.to_thread(self.tracer.shutdown)

@@ -3,6 +3,10 @@
 transcription-frontend --routes routes.json                      static endpoints
 transcription-frontend --routes /etc/transcription/routes.json --discovery kubernetes \
     --peers-service whisper
+
+Tracing is on when OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set,
+exporting over OTLP/HTTP; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and
+OTEL_TRACES_SAMPLER_ARG (the ratio of new traces sampled) are read too (tracing.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .hold import HoldLimits
 from .limits import guarded_protocol, limits_args, limits_of
 from .longaudio.settings import chunking_args, chunking_of
 from .routing import Router
+from .tracing import TracingSettings, setup
 
 
 def positive_int(text: str) -> int:
@@ -239,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         internal_port=args.internal_port or None,
         limits=limits,
         chunking=chunking_of(args),
+        tracer=setup(TracingSettings.from_env(os.environ)),
     )
     drain = CloseWhenDraining(create_app(gateway))
     config = uvicorn.Config(

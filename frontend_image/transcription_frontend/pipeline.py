@@ -111,7 +111,8 @@ async def run(
     gw: Gateway, endpoint: str, scope: Scope, receive: Receive, send: Send,
     work: Callable[[Exchange], Awaitable[None]],
 ) -> None:  # fmt: skip
-    """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics."""
+    """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics;
+    trace it (one span, the parent of each step's: tracing.py)."""
     obs = Observation(endpoint)
     started = answered = False
 
@@ -121,20 +122,29 @@ async def run(
         answered = message["type"] == "http.response.body" and not message.get("more_body")
         await send(message)
 
-    try:
+    path = scope["path"]
+    attributes = {"http.request.method": "POST", "http.route": path,
+                  "transcription.request_id": request_id(scope)}  # fmt: skip
+    with gw.tracer.request(f"POST {path}", scope["headers"], attributes) as span:
         try:
-            await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs))
-        except APIError as e:
-            error = e
-        except Exception as e:
-            error = internal_error(e)  # a bug: logged, and still answered in OpenAI's shape
-        else:
-            return
-        obs.status = error.status
-        if not started:  # once a stream has begun, its own error event told the client
-            await Reply.error(error).send(send)
-    finally:
-        obs.done()
+            try:
+                await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs))
+            except APIError as e:
+                error = e
+            except Exception as e:
+                error = internal_error(e)  # a bug: logged, and still answered in OpenAI's shape
+            else:
+                return
+            obs.status = error.status
+            span.set("error.type", str(error.status) if error.status >= 500 else None)
+            span.set("transcription.error.code", error.code or error.type)
+            if not started:  # once a stream has begun, its own error event told the client
+                await Reply.error(error).send(send)
+        finally:
+            obs.done()
+            span.set("http.response.status_code", obs.status)
+            span.set("transcription.model", obs.model)
+            span.set("transcription.pool", obs.pool)
 
 
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
@@ -144,15 +154,22 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         ex.obs.key = key.label
     table = ex.gw.router.table
     limit = table.max_upload_bytes
-    check_length(headers.get("content-length"), limit)
-    upload = await parse_upload(
-        Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit
-    )
+    tracer = ex.gw.tracer
+    with tracer.span("receive") as span:
+        check_length(headers.get("content-length"), limit)
+        upload = await parse_upload(
+            Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit
+        )
+        span.set("transcription.upload.bytes", upload.size)
     with closing(upload):
         ex.obs.upload(upload.size)
-        request = parse_request(upload.fields)
-        ex.obs.model = primary = resolve_model(table, request.model, key)
-        audio = check_audio(upload)
+        with tracer.span("parse") as span:
+            request = parse_request(upload.fields)
+            ex.obs.model = primary = resolve_model(table, request.model, key)
+            audio = check_audio(upload)
+            span.set("transcription.model", primary)
+            span.set("transcription.audio.container", audio.container)
+            span.set("transcription.audio.seconds", audio.seconds)
         needs = request_needs(
             endpoint,
             stream=request.stream,
@@ -176,10 +193,12 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
                 await reply.send(ex.send)
             ex.obs.audio_seconds = reply.seconds
             return
-        pools = choose_pools(ex.gw.router, needs, upload.size)
-        adapters = able(
-            [adapter(p) for p in pools], lambda a: a.transcription_refusal(upload.fields, audio)
-        )
+        with tracer.span("route", {"transcription.needs": sorted(c.value for c in needs)}) as span:
+            pools = choose_pools(ex.gw.router, needs, upload.size)
+            adapters = able(
+                [adapter(p) for p in pools], lambda a: a.transcription_refusal(upload.fields, audio)
+            )
+            span.set("transcription.pools", [a.pool.name for a in adapters])
         await ex.forward(
             adapters,
             lambda a: a.transcription_request(endpoint, upload, audio, primary, request),

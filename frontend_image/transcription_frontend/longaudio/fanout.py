@@ -47,6 +47,7 @@ from ..respond import Reply
 from ..routing import NoPool, Router
 from ..sniff import AudioInfo
 from ..subrequest import Caller, Pipeline, post
+from ..tracing import Span, context_of
 from .settings import Chunking
 from .stitch import logprobs, stitch
 
@@ -118,29 +119,24 @@ async def transcribe_long(
     model: str,
 ) -> Reply:  # fmt: skip
     """The whole answer (or stream) of a chunked request."""
-    from .cut import ChunkSettings, CorruptAudio, decode, find_cuts
+    from .cut import CorruptAudio, decode
 
     cfg: Chunking = gw.chunking
     assert upload.file is not None
     upload.file.seek(0)
+    with gw.tracer.span("longaudio.cut") as span:
+        try:
+            decoded = await asyncio.to_thread(decode, upload.file)
+        except CorruptAudio as e:
+            raise APIError(400, str(e), param="file", code="invalid_audio") from None
+        span.set("transcription.audio.seconds", round(decoded.seconds, 3))
+        try:
+            chunks = await _cuts(cfg, gw.router, decoded, strategy, needs)
+        except BaseException:
+            decoded.close()
+            raise
+        span.set("transcription.chunks", len(chunks))
     try:
-        decoded = await asyncio.to_thread(decode, upload.file)
-    except CorruptAudio as e:
-        raise APIError(400, str(e), param="file", code="invalid_audio") from None
-    try:
-        if cfg.max_audio_seconds is not None and decoded.seconds > cfg.max_audio_seconds:
-            raise too_long(decoded.seconds, cfg.max_audio_seconds)
-        longest = chunk_seconds(cfg, gw.router.candidates(needs, 0))
-        settings = ChunkSettings(
-            max_chunk_seconds=longest,
-            # late cuts, few chunks: each costs Whisper a whole 30 s window, however short
-            target_chunk_seconds=max(longest * 0.8, longest - 1.5),
-            threshold=strategy.threshold,
-            silence_duration_ms=strategy.silence_duration_ms,
-            prefix_padding_ms=strategy.prefix_padding_ms,
-            normalize=strategy.type == "auto",
-        )
-        chunks = await asyncio.to_thread(find_cuts, decoded, settings)
         metrics.CHUNKED.labels(model=model).inc()
         metrics.CHUNKS.observe(len(chunks))
         log.info("%.1f s of audio in %d chunks", decoded.seconds, len(chunks))
@@ -160,6 +156,28 @@ async def transcribe_long(
     finally:
         if not request.stream:
             decoded.close()
+
+
+async def _cuts(
+    cfg: Chunking, router: Router, decoded: Decoded, strategy: ChunkingStrategy,
+    needs: frozenset[Capability],
+) -> list[Chunk]:  # fmt: skip
+    """Where the decoded audio is cut (413 past the deployment's longest audio)."""
+    from .cut import ChunkSettings, find_cuts
+
+    if cfg.max_audio_seconds is not None and decoded.seconds > cfg.max_audio_seconds:
+        raise too_long(decoded.seconds, cfg.max_audio_seconds)
+    longest = chunk_seconds(cfg, router.candidates(needs, 0))
+    settings = ChunkSettings(
+        max_chunk_seconds=longest,
+        # late cuts, few chunks: each costs Whisper a whole 30 s window, however short
+        target_chunk_seconds=max(longest * 0.8, longest - 1.5),
+        threshold=strategy.threshold,
+        silence_duration_ms=strategy.silence_duration_ms,
+        prefix_padding_ms=strategy.prefix_padding_ms,
+        normalize=strategy.type == "auto",
+    )
+    return await asyncio.to_thread(find_cuts, decoded, settings)
 
 
 def too_long(seconds: float, limit: float) -> APIError:
@@ -183,6 +201,11 @@ class _Runner:
         self.fields, self.caller = fields, caller
         self.slots = asyncio.Semaphore(parallel)
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
+        # The chunks' parent span: from here until the last chunk ends (`cancel`).
+        self.span: Span | None = gw.tracer.start(
+            "longaudio.fanout",
+            {"transcription.chunks": len(chunks), "transcription.max_parallel": parallel},
+        )
 
     def start(self) -> None:
         if not self.tasks:
@@ -191,12 +214,22 @@ class _Runner:
     async def _one(self, chunk: Chunk) -> dict[str, Any]:
         from .cut import encode
 
+        attributes = {
+            "transcription.chunk.index": chunk.index,
+            "transcription.chunk.start": round(chunk.start, 3),
+            "transcription.chunk.end": round(chunk.end, 3),
+        }
+        parent = context_of(self.span) if self.span else None
         async with self.slots:
-            flac = await asyncio.to_thread(encode, self.decoded, chunk)
-            started = time.monotonic()
-            status, body = await post(self.pipeline, self.gw, self.endpoint, self.fields, flac,
-                                      "chunk.flac", "audio/flac", self.caller)  # fmt: skip
-            metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
+            with self.gw.tracer.span("longaudio.chunk", attributes, parent=parent) as span:
+                flac = await asyncio.to_thread(encode, self.decoded, chunk)
+                started = time.monotonic()
+                status, body = await post(
+                    self.pipeline, self.gw, self.endpoint, self.fields, flac, "chunk.flac",
+                    "audio/flac", self.caller,
+                )  # fmt: skip
+                metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
+                span.set("http.response.status_code", status)
         if status != 200:
             raise _Failed(_chunk_error(chunk, len(self.chunks), status, body))
         answer: dict[str, Any] = json.loads(body)
@@ -216,8 +249,12 @@ class _Runner:
         return list(zip(self.chunks, answers, strict=True))
 
     def cancel(self) -> None:
+        """Cancel the chunks still running (none once all are done), and end the span."""
         for t in self.tasks:
             t.cancel()
+        if self.span is not None:
+            self.span.end()
+            self.span = None
 
 
 def _chunk_error(chunk: Chunk, total: int, status: int, body: bytes) -> APIError:

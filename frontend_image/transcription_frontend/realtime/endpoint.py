@@ -74,6 +74,7 @@ async def serve(
     session = Session(
         gw, emit, authorization=header, client=scope.get("client"),
         request_id=rid or uuid.uuid4().hex, model=(query.get("model") or [None])[0],
+        trace=gw.tracer.incoming(scope["headers"]),
     )  # fmt: skip
     sessions.use(session, session.pool())
     metrics.REALTIME_SESSIONS.set(len(sessions.open))

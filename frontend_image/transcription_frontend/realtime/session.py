@@ -61,6 +61,7 @@ from ..gateway import Gateway
 from ..pipeline import resolve_model
 from ..routing import NoPool
 from ..subrequest import Caller
+from ..tracing import Attributes, Parent
 from . import audio
 from .turns import TurnFailed, transcribe_turn
 
@@ -82,9 +83,10 @@ class Session:
     def __init__(
         self, gw: Gateway, emit: Emit, *, authorization: bytes | None,
         client: tuple[str, int] | None = None, request_id: str = "",
-        model: str | None = None,
+        model: str | None = None, trace: Parent | None = None,
     ) -> None:  # fmt: skip
         self.gw, self.emit, self.limits = gw, emit, gw.limits
+        self.trace = trace  # the upgrade's traceparent: each turn's span is its child
         self.authorization = authorization
         self.caller = Caller(authorization, client, request_id)
         self.config = TranscriptionSession()
@@ -313,10 +315,15 @@ class Session:
                 await self.emit(TranscriptDelta(item_id=item, delta=text, logprobs=logprobs))
 
         transcript: str | None = None
+        attributes: Attributes = {
+            "transcription.item_id": item, "transcription.audio.seconds": round(seconds, 3),
+            "transcription.request_id": self.caller.request_id,
+        }  # fmt: skip
         try:
-            answer = await transcribe_turn(
-                self.gw, audio.wav(pcm, self.rate), self.config, self.caller, delta,
-            )  # fmt: skip
+            with self.gw.tracer.span("realtime.turn", attributes, parent=self.trace):
+                answer = await transcribe_turn(
+                    self.gw, audio.wav(pcm, self.rate), self.config, self.caller, delta,
+                )  # fmt: skip
             transcript = answer.text
             await self.emit(TranscriptCompleted(
                 item_id=item, transcript=answer.text, logprobs=answer.logprobs,
