@@ -40,7 +40,8 @@ def helm_binary() -> Path:
 def _helm(*args: str, helm: Path | None = None) -> subprocess.CompletedProcess[str]:
     out = subprocess.run([str(helm or helm_binary()), *args], capture_output=True, text=True)
     if out.returncode:
-        raise ChartError(f"helm {args[0]} failed (exit {out.returncode}):\n{out.stderr.strip()}")
+        said = "\n".join(t.strip() for t in (out.stdout, out.stderr) if t.strip())
+        raise ChartError(f"helm {args[0]} failed (exit {out.returncode}):\n{said}")
     return out
 
 

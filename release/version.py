@@ -31,14 +31,14 @@ SOURCE = "pyproject.toml"
 # PEP 440 reading is the same version (0.2.0-rc.1 is 0.2.0rc1).
 SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-(alpha|beta|rc)\.(0|[1-9]\d*))?")
 FORMAT = "MAJOR.MINOR.PATCH or MAJOR.MINOR.PATCH-(alpha|beta|rc).N, e.g. 0.2.0 or 0.2.0-rc.1"
-# A registry (host and optional namespace), as GHCR and Docker spell them: lowercase.
-REGISTRY = re.compile(r"[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*")
 
+# A registry (host, optional port and namespace), as GHCR and Docker spell them: lowercase.
+_REGISTRY = r"[a-z0-9][a-z0-9.-]*(?::[0-9]+)?(?:/[a-z0-9][a-z0-9._-]*)*"
 _names = "|".join(sorted(NAMES, key=len, reverse=True))  # worker-vllm-cpu before worker-vllm
 # A reference to a released image: <registry>/<name>[:<version>] (charts/render_install.py
 # pins them by digest).
 IMAGE_REF = (
-    rf"(?<![\w./-])(?P<registry>[a-z0-9][a-z0-9.-]*(?::[0-9]+)?(?:/[a-z0-9][a-z0-9._-]*)*?)"
+    rf"(?<![\w./-])(?P<registry>{_REGISTRY}?)"
     rf"/(?P<name>{_names})(?![\w-])(?::(?P<version>[0-9](?:[\w.+-]*\w)?))?"
 )
 
@@ -113,7 +113,7 @@ PLACES = (
     Place(("e2e/test_chart.py",), IMAGE_REF, "the chart test's default image"),
     Place(
         ("docs/install.md",),
-        r"(?P<registry>[a-z0-9][a-z0-9.-]*(?:/[a-z0-9][a-z0-9._-]*)*)/\*:(?P<version>[0-9][\w.+-]*)",
+        rf"(?<![\w./-])(?P<registry>{_REGISTRY}?)/\*:(?P<version>[0-9](?:[\w.+-]*\w)?)",
         "the install docs' default images",
     ),
     Place(("docs/install.md",), r"^VERSION=(?P<version>\S+)$", "the install docs' VERSION="),
@@ -152,7 +152,7 @@ def from_tag(tag: str) -> str:
 
 
 def parse_registry(registry: str) -> str:
-    if not REGISTRY.fullmatch(registry):
+    if not re.fullmatch(_REGISTRY, registry):
         raise VersionError(
             f"registry {registry!r} is not <host>[/<namespace>] in lowercase, "
             "e.g. ghcr.io/transcription-dev"
