@@ -1,4 +1,4 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|longaudio|
+"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|realtime-node|longaudio|
 operator|scale|all] [--quick]"""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def main() -> int:
             "worker-settings",
             "keywords",
             "realtime",
+            "realtime-node",
             "longaudio",
             "operator",
             "scale",

@@ -299,9 +299,7 @@ def frontend(route_file: Path) -> Proc:
 def run(quick: bool = False) -> dict[str, Any]:
     texts = SENTENCES[:2] + HARD_SENTENCES[:2] if quick else SENTENCES + HARD_SENTENCES
     levels = QUICK_CONCURRENCY if quick else CONCURRENCY
-    directory = RESULTS / "audio"
     procs: list[Proc] = []
-    rows: list[dict[str, Any]] = []
     try:
         say("starting the CPU worker (faster-whisper, Whisper tiny.en, continuous batching)")
         procs.append(Proc([PY, "-m", "transcription_worker.main", "--port", str(WORKER),
@@ -315,23 +313,32 @@ def run(quick: bool = False) -> dict[str, Any]:
         )
         say("starting the frontend")
         procs.append(frontend(route_file))
-        url = f"http://127.0.0.1:{FRONTEND}"
-        say("warming up (one sentence, realtime and HTTP)")
-        row(url, texts[:1], 1, directory)
-        seconds = len(stream(texts, directory)[0]) / 2 / RATE
-        for n in levels:
-            say(
-                f"{n} session(s): {len(texts)} sentences each ({seconds:.0f} s at real time), then HTTP"
-            )
-            r = row(url, texts, n, directory)
-            rows.append(r)
-            say(f"{n} session(s): realtime p50 {r['realtime_p50_s']:.3f} s p99 {r['realtime_p99_s']:.3f} s; "
-                f"HTTP p50 {r['http_p50_s']:.3f} s p99 {r['http_p99_s']:.3f} s; "
-                f"VAD delay p50 {r['vad_delay_p50_ms']:.0f} ms; WER {r['realtime_wer_pct']:.1f}% "
-                f"(HTTP {r['http_wer_pct']:.1f}%); {r['turns']} turns, {r['turns_failed']} failed")  # fmt: skip
+        return measure(f"http://127.0.0.1:{FRONTEND}", texts, levels, RESULTS / "audio",
+                       where="local processes (1 faster-whisper worker, 1 frontend)",
+                       name="realtime")  # fmt: skip
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+def measure(url: str, texts: list[str], levels: tuple[int, ...], directory: Path, *,
+            where: str, name: str) -> dict[str, Any]:  # fmt: skip
+    """A warm-up, then one row per concurrency level against the frontend at `url`; prints
+    the tables and writes bench-results/<name>.json."""
+    rows: list[dict[str, Any]] = []
+    say("warming up (one sentence, realtime and HTTP)")
+    row(url, texts[:1], 1, directory)
+    seconds = len(stream(texts, directory)[0]) / 2 / RATE
+    for n in levels:
+        say(
+            f"{n} session(s): {len(texts)} sentences each ({seconds:.0f} s at real time), then HTTP"
+        )
+        r = row(url, texts, n, directory)
+        rows.append(r)
+        say(f"{n} session(s): realtime p50 {r['realtime_p50_s']:.3f} s p99 {r['realtime_p99_s']:.3f} s; "
+            f"HTTP p50 {r['http_p50_s']:.3f} s p99 {r['http_p99_s']:.3f} s; "
+            f"VAD delay p50 {r['vad_delay_p50_ms']:.0f} ms; WER {r['realtime_wer_pct']:.1f}% "
+            f"(HTTP {r['http_wer_pct']:.1f}%); {r['turns']} turns, {r['turns_failed']} failed")  # fmt: skip
 
     sentences = sum(r["sentences"] for r in rows)
     rt_wer = sum(r["realtime_wer_pct"] * r["sentences"] for r in rows) / sentences
@@ -353,6 +360,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         )  # fmt: skip
     targets[f"realtime WER <= HTTP WER + {WER_POINTS:g} point"] = rt_wer <= http_wer + WER_POINTS
     result = {
+        "where": where,
         "model": "whisper tiny.en (faster-whisper worker, CTranslate2 int8, continuous batching)",
         "sentences_per_session": len(texts),
         "pause_seconds": PAUSE,
@@ -364,7 +372,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "most_sessions_is_lower_bound": most == max(levels),
         "targets": targets,
     }
-    table("Realtime turns (speech_stopped -> completed) vs the same audio over HTTP, same concurrency",
+    table(f"Realtime turns (speech_stopped -> completed) vs the same audio over HTTP, same "
+          f"concurrency; {where}",
           ["sessions", "turns", "failed", "RT p50 s", "RT p99 s", "HTTP p50 s", "HTTP p99 s",
            "RT/HTTP p50", "VAD p50 ms", "VAD p99 ms", "VAD audio ms", "RT WER %", "HTTP WER %"],
           [[r["sessions"], r["turns"], r["turns_failed"], r["realtime_p50_s"], r["realtime_p99_s"],
@@ -377,5 +386,5 @@ def run(quick: bool = False) -> dict[str, Any]:
            [f"most sessions with p99 < {P99_LIMIT_S:g} s", f"{most}{bound}"]])  # fmt: skip
     table("targets", ["target", "met"],
           [[k, "met" if v else "missed"] for k, v in targets.items()])  # fmt: skip
-    write("realtime", result)
+    write(name, result)
     return result

@@ -51,6 +51,15 @@ def test_load_scales_the_pool_to_its_maximum_and_idle_brings_it_back_to_zero(
     assert scenarios.scale_down(scaling).settle_s is not None
 
 
+def test_a_realtime_session_wakes_a_pool_at_zero_and_its_turn_is_held(scaling: Scaling) -> None:
+    """Issue 23: KEDA counts open sessions as load; the turn waits for the pool and is
+    transcribed (its transcript within WER 0.25 of the sentence)."""
+    result = scenarios.realtime_from_zero(scaling)
+    no_failures(result)
+    assert result.settle_s is not None, "the pool never became ready"
+    assert result.outcomes[0].end >= result.outcomes[0].start + result.settle_s, result.notes
+
+
 def test_a_pool_rollout_under_load_fails_nothing(scaling: Scaling) -> None:
     no_failures(scenarios.pool_rollout(scaling))
 

@@ -11,10 +11,13 @@ long the cluster took to settle.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +32,8 @@ from testbed import images
 from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get, wait_for
 from testbed.load import Load, Outcome
 from testbed.operators import operator_in_cluster
+from testkit.audio import wer
+from testkit.realtime import conversation, transcribe_turns, transcripts
 from transcription_operator.children import quantity
 
 NAME, POOL = "whisper-cpu", "cpu"
@@ -45,7 +50,12 @@ def resource(**pool: Any) -> dict[str, Any]:
     p["resources"]["cpu"] = "400m"
     p["autoscaling"] = {"minReplicas": 0, "maxReplicas": MAX, "scaleDownDelay": DELAY, "target": 2}
     p.update(pool)
-    doc["spec"]["frontend"] = {"replicas": 2, "resources": {"cpu": "250m", "memory": "512Mi"}}
+    doc["spec"]["frontend"] = {
+        "replicas": 2,
+        "resources": {"cpu": "250m", "memory": "512Mi"},
+        # A realtime session opened on a pool at zero waits for it without sending.
+        "limits": {"realtimeIdleTimeoutSeconds": 300},
+    }
     return doc
 
 
@@ -170,6 +180,36 @@ def scale_down(s: Scaling) -> Result:
     t0 = time.monotonic()
     settle = s.wait_replicas(0, timeout=300)
     return Result(f"scale-down to 0 (delay {DELAY})", [], time.monotonic() - t0, settle)
+
+
+def realtime_from_zero(s: Scaling) -> Result:
+    """The idle pool at zero; a realtime session opens (OpenAI's SDK, server VAD) and
+    streams one sentence: the open session is load (KEDA hears of it from the frontend's
+    scaler), so the pool wakes, the turn is held meanwhile and then transcribed."""
+    s.wait_replicas(0, timeout=300)
+    audio = conversation([s.sentence], Path(tempfile.mkdtemp(prefix="realtime-zero-")))
+    woke: list[float] = []
+
+    def watch() -> None:  # when the pool's first replica is ready
+        wait_for(lambda: s.replicas()[1] >= 1, timeout=300, interval=1, what="pool woken")
+        woke.append(time.monotonic())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    t0 = time.monotonic()
+    watcher.start()
+    outcome: Outcome
+    try:
+        got = transcripts(asyncio.run(transcribe_turns(s.url, audio, 1, pace=1.0)))
+        error = "" if got and wer(s.sentence, got[0]) <= 0.25 else f"transcripts {got}"
+        outcome = Outcome(t0, time.monotonic(), 200 if not error else 0, error)
+    except Exception as e:  # the session failed: reported as the outcome
+        outcome = Outcome(t0, time.monotonic(), 0, f"{type(e).__name__}: {e}")
+    watcher.join(timeout=300)
+    notes: dict[str, Any] = {"session_s": round(outcome.seconds, 1)}
+    if woke:
+        notes["pool_ready_after_s"] = round(woke[0] - t0, 1)
+    return Result("realtime session from zero", [outcome], outcome.seconds,
+                  woke[0] - t0 if woke else None, notes)  # fmt: skip
 
 
 def pool_rollout(s: Scaling) -> Result:
@@ -421,7 +461,7 @@ NODE_FAULTS: list[Callable[[Scaling], Result]] = [
 ]
 
 EVENTS: list[Callable[[Scaling], Result]] = [
-    cold_start, ramp_up, scale_down, pool_rollout, frontend_rollout, worker_killed,
+    cold_start, ramp_up, scale_down, realtime_from_zero, pool_rollout, frontend_rollout, worker_killed,
     frontend_deleted, operator_leader_killed, api_server_restarted, *NODE_FAULTS, stuck_rollout,
 ]  # fmt: skip
 
