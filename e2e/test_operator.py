@@ -194,6 +194,8 @@ INVALID = [
     ({"pools": [{"name": "a", "replicas": -1}]}, "spec.pools[0].replicas in body should be greater than or equal to 0"),
     ({"frontend": {"maxUploadBytes": 10}}, "spec.frontend.maxUploadBytes in body should be greater than or equal to 1024"),
     ({"model": {"name": "m", "bogus": 1}}, 'unknown field "spec.model.bogus"'),
+    ({"tracing": {"endpoint": "otel-collector:4318"}}, "tracing.endpoint must be the http:// or https:// base URL"),
+    ({"tracing": {"endpoint": "http://o:4318", "samplingRatio": 2}}, "spec.tracing.samplingRatio in body should be less than or equal to 1"),
 ]  # fmt: skip
 
 

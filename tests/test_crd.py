@@ -148,6 +148,11 @@ INVALID_SPECS = [
         },
         "minReplicas must not exceed maxReplicas",
     ),
+    (
+        {"model": {"name": "m"}, "tracing": {"endpoint": "otel-collector:4318"}},
+        "tracing.endpoint must be the http:// or https:// base URL of an OTLP/HTTP collector, a "
+        "host and port with no query or credentials (e.g. http://otel-collector.monitoring:4318)",
+    ),
 ]
 
 

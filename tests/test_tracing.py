@@ -8,6 +8,7 @@ import asyncio
 import base64
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,17 +16,31 @@ import threading
 import time
 import wave
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import websockets
+from pydantic import ValidationError
 
 from testkit.frontend import FIXTURE_TEXT, PRIMARY, Frontend, error, pool
 from testkit.otlp import Collector, Span, collector, tree
 from testkit.realtime import server_event, silence
+from testkit.resources import make_td
 from testkit.standins import Behaviour, Running, free_port, serve, vllm_app
+from transcription_api import crd
+from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
+from transcription_api.v1alpha1 import (
+    OTLP_ENDPOINT,
+    OTLP_ENDPOINT_MESSAGE,
+    TranscriptionDeploymentSpec,
+)
+from transcription_api.worker import WorkerSettings
 from transcription_frontend.tracing import OtelTracer, Tracer, TracingSettings, setup
+from transcription_operator.children import build
+from transcription_operator.config import OperatorConfig
+from transcription_worker.vllm_launcher import vllm_args
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -425,3 +440,128 @@ def test_sampling_ratio_zero_exports_no_new_trace_but_still_propagates(
     assert first is not None and not int(first[3], 16) & 1  # a new trace, not sampled: said so
     assert second is not None and second[1] == CLIENT_TRACE and second[3] == "01"  # the client's
     assert all(s.trace_id == CLIENT_TRACE for s in otlp.spans) and otlp.spans
+
+
+# --------------------------------------------------------------------------- the resource
+
+SPEC = {
+    "model": {"name": PRIMARY, "aliases": ["whisper-1"]},
+    "engine": "vllm",
+    "pools": [
+        {"name": "batch", "resources": {"gpus": 1}},
+        {"name": "fw", "engine": "faster-whisper", "mode": "sequential"},
+    ],
+}
+COLLECTOR = "http://otel-collector.monitoring:4318"
+
+
+def children(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The containers of the resource's Deployments, by Deployment name."""
+    out = {}
+    for m in build(make_td(spec), OperatorConfig()):
+        if m["kind"] == "Deployment":
+            (container,) = m["spec"]["template"]["spec"]["containers"]
+            out[m["metadata"]["name"]] = container
+    return out
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_off_by_default_the_pods_get_no_opentelemetry_variable_or_flag() -> None:
+    for container in children(SPEC).values():
+        assert not [n for n in env_of(container) if n.startswith("OTEL_")]
+        settings = env_of(container).get("TRANSCRIPTION_WORKER_SETTINGS")
+        assert settings is None or "otlp" not in settings
+
+
+def test_the_endpoint_reaches_the_frontend_and_vllm_as_opentelemetrys_variables() -> None:
+    spec = {**SPEC, "tracing": {"endpoint": COLLECTOR + "/", "samplingRatio": 0.25}}
+    pods = children(spec)
+    frontend = env_of(pods["whisper-frontend"])
+    assert frontend["OTEL_EXPORTER_OTLP_ENDPOINT"] == COLLECTOR
+    assert frontend["OTEL_SERVICE_NAME"] == "whisper-frontend"
+    assert frontend["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio"
+    assert "k8s.pod.name=$(POD_NAME)" in frontend["OTEL_RESOURCE_ATTRIBUTES"]
+    names = [e["name"] for e in pods["whisper-frontend"]["env"]]
+    assert names.index("POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")  # $(POD_NAME)
+    # What the frontend makes of its variables: one source, read back.
+    s = TracingSettings.from_env(frontend)
+    assert s == TracingSettings(COLLECTOR + "/v1/traces", "whisper-frontend", 0.25)
+    # vLLM: its flag, its exporter over HTTP (its default is gRPC), the same sampling.
+    vllm = env_of(pods["whisper-batch"])
+    settings = WorkerSettings.model_validate_json(vllm["TRANSCRIPTION_WORKER_SETTINGS"])
+    assert settings.otlp_traces_endpoint == COLLECTOR + "/v1/traces"
+    args = vllm_args(settings)
+    assert args[args.index("--otlp-traces-endpoint") + 1] == COLLECTOR + "/v1/traces"
+    assert vllm["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert vllm["OTEL_SERVICE_NAME"] == "whisper-batch"
+    assert vllm["OTEL_TRACES_SAMPLER_ARG"] == "0.25"
+    assert "transcription.pool=batch" in vllm["OTEL_RESOURCE_ATTRIBUTES"]
+    # faster-whisper has no tracing of its own (it logs the traceparent it gets).
+    fw = env_of(pods["whisper-fw"])
+    assert not [n for n in fw if n.startswith("OTEL_")]
+    assert "otlp" not in fw["TRANSCRIPTION_WORKER_SETTINGS"]
+
+
+def test_a_pools_own_opentelemetry_variable_wins() -> None:
+    pools = [{"name": "batch", "resources": {"gpus": 1},
+              "env": [{"name": "OTEL_SERVICE_NAME", "value": "mine"}]}]  # fmt: skip
+    pods = children({**SPEC, "pools": pools, "tracing": {"endpoint": COLLECTOR}})
+    names = [e["name"] for e in pods["whisper-batch"]["env"]]
+    assert (
+        names.count("OTEL_SERVICE_NAME") == 1
+        and env_of(pods["whisper-batch"])["OTEL_SERVICE_NAME"] == "mine"
+    )
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["otel-collector:4318", "ftp://otel:4318", "http://user:secret@otel:4318",
+     "http://otel:4318/v1/traces?x=1", "http://", "http://otel collector:4318", ""],
+)  # fmt: skip
+def test_an_endpoint_that_is_no_collector_url_is_refused_by_name(endpoint: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        TranscriptionDeploymentSpec.model_validate({**SPEC, "tracing": {"endpoint": endpoint}})
+    assert OTLP_ENDPOINT_MESSAGE in str(e.value) and repr(endpoint) in str(e.value)
+    # The API server refuses it alike: the CRD's CEL rule uses the same pattern and message.
+    rule = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["tracing"]["x-kubernetes-validations"][0]
+    assert rule["message"] == OTLP_ENDPOINT_MESSAGE and OTLP_ENDPOINT in rule["rule"]
+
+
+def test_a_sampling_ratio_out_of_range_is_refused() -> None:
+    for ratio in (-0.1, 1.5):
+        with pytest.raises(ValidationError, match=r"tracing\.samplingRatio"):
+            TranscriptionDeploymentSpec.model_validate(
+                {**SPEC, "tracing": {"endpoint": COLLECTOR, "samplingRatio": ratio}}
+            )
+
+
+def test_vllms_tracing_flag_is_the_operators_not_an_engine_arg() -> None:
+    pools = [{"name": "batch", "engineArgs": ["--otlp-traces-endpoint=http://x:4318"]}]
+    with pytest.raises(ValidationError, match=r"it is derived from spec\.tracing\.endpoint"):
+        TranscriptionDeploymentSpec.model_validate({**SPEC, "pools": pools})
+
+
+# --------------------------------------------------------------------------- faster-whisper
+
+
+def test_the_cpu_worker_logs_the_traceparent_it_got(
+    cpu_worker: Running, otlp: Collector, caplog: pytest.LogCaptureFixture
+) -> None:
+    fw = pool("fw", [cpu_worker.url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL)
+    fe, tracer = traced(RouteTable(model="whisper-tiny.en", pools=[fw]), otlp)
+    try:
+        with caplog.at_level(logging.INFO, logger="transcription_worker"):
+            r = fe.post({"model": "whisper-tiny.en"}, headers={"traceparent": TRACEPARENT})
+        assert r.status_code == 200, r.text
+        spans = spans_until(otlp, tracer, lambda: roots(otlp) and otlp.trace(CLIENT_TRACE))
+    finally:
+        fe.running.stop()
+    call = one(spans, "worker")
+    assert call.attributes["transcription.engine"] == "faster-whisper"
+    logged = [r.getMessage() for r in caplog.records if r.name == "transcription_worker"]
+    assert any(f"traceparent=00-{CLIENT_TRACE}-{call.span_id}-01" in m for m in logged), logged

@@ -53,7 +53,8 @@ print("RESULT " + json.dumps(out))
 """
 KEYS = ["model_tag", "served_model_name", "host", "port", "download_dir", "revision",
         "tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-        "max_model_len", "kv_cache_memory_bytes"]  # fmt: skip
+        "max_model_len", "kv_cache_memory_bytes", "otlp_traces_endpoint"]  # fmt: skip
+TRACES = "http://otel-collector.monitoring:4318/v1/traces"  # spec.tracing.endpoint's
 
 
 # `make vllm-env` builds it outside the clone, shared by every clone (see the Makefile).
@@ -63,14 +64,14 @@ VLLM_PYTHON = vllm_python()
 def every_shape() -> list[WorkerSettings]:
     """Every combination of what the launcher turns into flags."""
     shapes = []
-    for mode, gpus, names, revision, util, length, extra in itertools.product(
+    for mode, gpus, names, revision, util, length, extra, traces in itertools.product(
         ["continuous", "sequential"], [0, 1, 2, 4], [NAMES[:1], NAMES], [None, "main"],
-        [None, 0.85], [None, 448], [[], ["--enforce-eager", "--dtype=half"]],
+        [None, 0.85], [None, 448], [[], ["--enforce-eager", "--dtype=half"]], [None, TRACES],
     ):  # fmt: skip
         shapes.append(WorkerSettings.model_validate({
             "engine": "vllm", "mode": mode, "model": NAMES[0], "served_names": names,
             "revision": revision, "gpus": gpus, "gpu_memory_utilization": util,
-            "max_model_len": length, "extra_args": extra,
+            "max_model_len": length, "extra_args": extra, "otlp_traces_endpoint": traces,
         }))  # fmt: skip
     return shapes
 
@@ -84,7 +85,8 @@ def expected(s: WorkerSettings) -> dict[str, Any]:
             "max_num_batched_tokens": 2048 if s.mode == "sequential" else None,
             "gpu_memory_utilization": s.gpu_memory_utilization or 0.92,
             "max_model_len": s.max_model_len,
-            "kv_cache_memory_bytes": None if s.gpus else 1 << 30}  # fmt: skip
+            "kv_cache_memory_bytes": None if s.gpus else 1 << 30,
+            "otlp_traces_endpoint": s.otlp_traces_endpoint}  # fmt: skip
 
 
 BAD_ENGINE_ARGS = [
@@ -124,7 +126,7 @@ def test_the_tested_vllm_is_the_one_the_image_pins(vllm_run: Any) -> None:
 
 def test_vllm_parses_every_command_shape_as_the_launcher_means_it(vllm_run: Any) -> None:
     shapes, result = vllm_run
-    assert len(result["parsed"]) == len(shapes) == 256
+    assert len(result["parsed"]) == len(shapes) == 512
     for s, parsed in zip(shapes, result["parsed"], strict=True):
         assert parsed == expected(s), vllm_args(s)
 

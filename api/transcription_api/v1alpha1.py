@@ -680,6 +680,55 @@ class PodOverrides(_Model):
     )
 
 
+# --------------------------------------------------------------------------- tracing
+
+
+# An OTLP/HTTP collector's base URL: http(s), a host (name or IPv4) and port, an optional
+# path; no query, fragment or credentials. CEL's `matches` (RE2) and Python's `re` read it
+# alike: it has no backslash to escape in either.
+OTLP_ENDPOINT = r"^https?://[A-Za-z0-9._-]+(:[0-9]{1,5})?(/[-A-Za-z0-9._~/%]*)?$"
+OTLP_ENDPOINT_MESSAGE = (
+    "tracing.endpoint must be the http:// or https:// base URL of an OTLP/HTTP collector, "
+    "a host and port with no query or credentials (e.g. http://otel-collector.monitoring:4318)"
+)
+
+
+class TracingSpec(_Model):
+    """OpenTelemetry traces of each request, from the frontend into vLLM's engine
+    (docs/operations/tracing.md). Off unless `endpoint` is set."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                f"!has(self.endpoint) || self.endpoint.matches('{OTLP_ENDPOINT}')",
+                OTLP_ENDPOINT_MESSAGE,
+                field_path=".endpoint",
+            )
+        )
+    )
+
+    endpoint: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Base URL of an OTLP/HTTP (protobuf) collector, e.g. "
+        "http://otel-collector.monitoring:4318: the frontends and the vLLM workers export "
+        "spans to its /v1/traces. Unset: no tracing (the default).",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="Fraction of new traces sampled. A request that brings a W3C "
+        "`traceparent` follows its sampled flag instead (parent-based sampling).",
+    )
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> TracingSpec:
+        if self.endpoint is not None and not re.match(OTLP_ENDPOINT, self.endpoint):
+            raise ValueError(f"{OTLP_ENDPOINT_MESSAGE}; got {self.endpoint!r}")
+        return self
+
+
 # --------------------------------------------------------------------------- spec
 
 
@@ -778,6 +827,10 @@ class TranscriptionDeploymentSpec(_Model):
     )
     images: ImagesSpec = Field(default_factory=ImagesSpec, description="Container images.")
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Pod-level overrides.")
+    tracing: TracingSpec = Field(
+        default_factory=TracingSpec,
+        description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> TranscriptionDeploymentSpec:

@@ -32,6 +32,7 @@ MANAGED_FLAGS: dict[str, str] = {
     "--tensor-parallel-size": "it is derived from spec.pools[].resources.gpus",
     "-tp": "it is derived from spec.pools[].resources.gpus",
     "--max-num-seqs": "it is derived from spec.pools[].mode (sequential sets 1)",
+    "--otlp-traces-endpoint": "it is derived from spec.tracing.endpoint",
 }
 
 
@@ -81,6 +82,11 @@ class WorkerSettings(BaseModel):
     )
     compute_type: str | None = Field(
         default=None, description="faster-whisper compute type (default: int8 on CPUs)."
+    )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        description="vLLM: where its OpenTelemetry spans go (OTLP/HTTP, the full /v1/traces "
+        "URL; `--otlp-traces-endpoint`); None: vLLM does not trace.",
     )
     extra_args: list[str] = Field(default_factory=list, description="Passed to the engine last.")
 

@@ -9,6 +9,7 @@ kinds of child are registered in `kinds.py`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from transcription_api.capabilities import Engine
@@ -196,8 +197,40 @@ def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSet
         max_model_len=p.max_model_len,
         max_queue=p.max_queue,
         extra_args=p.engine_args,
+        otlp_traces_endpoint=traces_url(td) if pool.engine == Engine.VLLM else None,
         **decoding,
     )
+
+
+def traces_url(td: TranscriptionDeployment) -> str | None:
+    """Where spans go (OTLP/HTTP: the collector's /v1/traces), or None: tracing is off."""
+    endpoint = td.spec.tracing.endpoint
+    return None if endpoint is None else endpoint.rstrip("/") + "/v1/traces"
+
+
+def tracing_env(
+    td: TranscriptionDeployment, service: str, resource: dict[str, str],
+    taken: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:  # fmt: skip
+    """OpenTelemetry's standard variables for spec.tracing, none when it is off: the
+    frontend reads them (transcription_frontend/tracing.py), and vLLM's OpenTelemetry SDK
+    (its exporter: OTLP/HTTP, not its default gRPC; its sampler; the resource). A variable
+    the pool's own `env` sets is left to it."""
+    t = td.spec.tracing
+    if t.endpoint is None:
+        return []
+    attributes = {"k8s.namespace.name": td.namespace, **resource}
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": t.endpoint.rstrip("/"),
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_RESOURCE_ATTRIBUTES": ",".join(f"{k}={v}" for k, v in attributes.items()),
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": f"{t.sampling_ratio:g}",
+    }
+    names = {e["name"] for e in taken}
+    return [{"name": k, "value": v} for k, v in env.items() if k not in names]
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -250,7 +283,12 @@ def worker_deployment(
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )
-    env += [e.model_dump(by_alias=True, exclude_none=True) for e in p.env]
+    own = [e.model_dump(by_alias=True, exclude_none=True) for e in p.env]
+    if pool.engine == Engine.VLLM:  # vLLM traces (--otlp-traces-endpoint, worker_settings)
+        name = pool_object_name(td, pool.name)
+        env += tracing_env(td, name, {"k8s.deployment.name": name, "transcription.pool": pool.name,
+                                      "transcription.engine": pool.engine.value}, own)  # fmt: skip
+    env += own
     volumes, mounts = _worker_volumes(td, pool)
     container: dict[str, Any] = {
         "name": "engine",
@@ -598,6 +636,9 @@ def frontend_deployment(
             }
         )
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
+    # spec.tracing (transcription_frontend/tracing.py); $(POD_NAME): the variable before it
+    resource = {"k8s.deployment.name": frontend_name(td), "k8s.pod.name": "$(POD_NAME)"}
+    traced = tracing_env(td, frontend_name(td), resource)
     container = {
         "name": "frontend",
         "image": image_for(td, cfg, FRONTEND_IMAGE),
@@ -611,7 +652,8 @@ def frontend_deployment(
                 ("POD_NAME", "name"),
                 ("POD_UID", "uid"),
             )
-        ],
+        ]
+        + traced,
         "ports": ports,
         "resources": resource_requirements(fe.resources),
         "volumeMounts": mounts,

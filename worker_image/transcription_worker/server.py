@@ -8,6 +8,7 @@ plain `text`, word timestamps, and 413 for oversize uploads.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import uuid
@@ -50,6 +51,8 @@ from transcription_api.render import render
 from . import metrics
 from .batcher import Job, Lane, QueueFull
 from .engine import AudioError, Options, Segment, decode
+
+log = logging.getLogger("transcription_worker")
 
 
 def _max_upload() -> int:
@@ -157,6 +160,10 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
 
     async def handle(request: Request, task: str) -> Response:
         t0 = time.perf_counter()
+        trace = request.headers.get("traceparent")
+        if trace:  # the frontend traces (spec.tracing): the span this request belongs to
+            log.info("%s request_id=%s traceparent=%s", request.url.path,
+                     request.headers.get("x-request-id", ""), trace[:100])  # fmt: skip
         try:
             with closing(await read_form(request, cfg)) as upload:
                 model = form_field(upload.fields, "model") or primary

@@ -83,6 +83,8 @@ def vllm_args(s: WorkerSettings) -> list[str]:
         args += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
     if s.max_model_len is not None:
         args += ["--max-model-len", str(s.max_model_len)]
+    if s.otlp_traces_endpoint is not None:  # spec.tracing; the OTEL_* variables come with it
+        args += ["--otlp-traces-endpoint", s.otlp_traces_endpoint]
     return args + list(s.extra_args)
 
 
