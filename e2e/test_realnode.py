@@ -32,6 +32,7 @@ from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
+from testkit.otlp import Collector, tree
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
@@ -378,3 +379,50 @@ def test_long_audio_is_chunked_through_the_service(stack: Stack, tmp_path: Path)
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, srt
     after = sum(frontend_metrics(stack, "transcription_frontend_chunked_requests_total").values())
     assert after - before == 2
+
+
+def test_a_trace_follows_a_request_from_the_frontend_into_the_worker(
+    stack: Stack, speech: dict[str, Path]
+) -> None:
+    """spec.tracing on the real pods (issue 24): the frontends export their spans over
+    OTLP/HTTP to a collector on this machine; a client's traceparent is continued, and the
+    worker pod receives the `worker` span's traceparent (it logs it). Last in the module:
+    it rolls the frontends."""
+    collector = Collector("0.0.0.0", advertise=testbed.realnode.NODE_IP)
+    try:
+        patch = {"spec": {"tracing": {"endpoint": collector.url}}}
+        stack.kubectl("patch", "tdeploy", NAME, "-n", stack.namespace, "--type", "merge",
+                      "-p", json.dumps(patch))  # fmt: skip
+
+        def traced() -> bool:
+            pods = stack.pods("frontend")
+            return bool(pods) and all(
+                any(c.get("ready") for c in p["status"].get("containerStatuses", []))
+                and p["metadata"].get("deletionTimestamp") is None
+                and any(e.get("name") == "OTEL_EXPORTER_OTLP_ENDPOINT" and e.get("value") == collector.url
+                        for c in p["spec"]["containers"] for e in c.get("env", []))
+                for p in pods
+            )  # fmt: skip
+
+        wait_for(traced, timeout=300, interval=2, what="frontends rolled with tracing on")
+        trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+        parent = "00f067aa0ba902b7"
+        c = client(stack.service_url())
+        with next(iter(speech.values())).open("rb") as f:
+            c.audio.transcriptions.create(model="whisper-1", file=f,
+                                          extra_headers={"traceparent": f"00-{trace_id}-{parent}-01"})  # fmt: skip
+        wait_for(lambda: collector.named("worker") and collector.trace(trace_id), timeout=60,
+                 interval=1, what="the request's spans exported")  # fmt: skip
+        spans = collector.trace(trace_id)
+        print(f"\none trace from the test bed, frontend to worker:\n{tree(spans)}")
+        (root,) = [s for s in spans if s.parent_id == parent]
+        assert root.kind == "server" and root.service, root
+        names = {s.name for s in spans}
+        assert {"receive", "parse", "route", "forward", "worker"} <= names, names
+        (worker,) = [s for s in spans if s.name == "worker"]
+        assert worker.attributes.get("transcription.pool") == POOL, worker.attributes
+        logs = "".join(stack.kubectl("logs", "-n", stack.namespace, p["metadata"]["name"])
+                       for p in stack.pods("worker"))  # fmt: skip
+        assert f"traceparent=00-{trace_id}-{worker.span_id}-01" in logs, logs[-2000:]
+    finally:
+        collector.stop()

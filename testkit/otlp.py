@@ -41,7 +41,9 @@ def _value(v: Any) -> Any:
 class Collector:
     """Spans received so far (`spans`), and the URL to export them to (`traces_url`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", advertise: str | None = None) -> None:
+        """Listen on `host`; `advertise` is the address exporters are given (the test bed's
+        pods reach this machine at the real node's address)."""
         self.spans: list[Span] = []
         self.requests = 0
         self.lock = threading.Lock()
@@ -63,8 +65,8 @@ class Collector:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{advertise or host}:{self.server.server_address[1]}"
         self.traces_url = self.url + "/v1/traces"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
