@@ -31,6 +31,7 @@ from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, Worker
 from .config import FRONTEND_IMAGE, OperatorConfig
 from .names import (
     COMPONENT_LABEL,
+    ENGINE_LABEL,
     INSTANCE_LABEL,
     frontend_name,
     frontend_service_name,
@@ -327,6 +328,9 @@ def worker_deployment(
         pod_spec["tolerations"] = tolerations
     if p.affinity:
         pod_spec["affinity"] = p.affinity
+    worker_pod_meta = _pod_meta(td, "worker", pool.name)
+    # The pods' engine, for the monitors' `engine` label (not in the selector: immutable).
+    worker_pod_meta["labels"][ENGINE_LABEL] = pool.engine.value
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -341,7 +345,7 @@ def worker_deployment(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
             },
-            "template": {"metadata": _pod_meta(td, "worker", pool.name), "spec": pod_spec},
+            "template": {"metadata": worker_pod_meta, "spec": pod_spec},
         },
     }
 

@@ -144,6 +144,7 @@ def _started_leading() -> None:
 
 def _stopped_leading() -> None:
     metrics.LEADER.set(0)
+    metrics.forget_all()  # the new leader reports the resources' status from now on
     RUNTIME.leading.clear()
 
 

@@ -17,6 +17,8 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 POOL_LABEL = "transcription.dev/pool"
+# On worker pods only (not in any selector): the pool's engine, for metrics' `engine` label.
+ENGINE_LABEL = "transcription.dev/engine"
 # Selects every object the operator manages (its watches and its start-up listing).
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={PART_OF}"
 

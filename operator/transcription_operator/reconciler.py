@@ -15,16 +15,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from transcription_api.capabilities import Capability, traffic_needs
 from transcription_api.v1alpha1 import KIND as TD_KIND
 from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
 
+from . import metrics
 from .cache import Cache, Pods
 from .children import build
 from .config import OperatorConfig
 from .kinds import CHILD_KIND_NAMES, KINDS
 from .kube import Kube, KubeError
 from .names import MANAGED_BY_LABEL, PART_OF, POOL_LABEL
-from .plan import plan
+from .plan import Plan, plan
 from .status import (
     Observed,
     compute_status,
@@ -102,11 +104,13 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str) -> Result:
         body = self.cache.get(TD_KIND, namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
+            metrics.forget(namespace, name)
             return Result("gone")  # children go with it: garbage collection
         try:
             td = TranscriptionDeployment.model_validate(body)
         except ValidationError as e:
             status = invalid_spec_status(body, "InvalidSpec", _validation_message(e), now_rfc3339())
+            metrics.report_status(namespace, name, _conditions(status), (), ())
             return self._report(body, status, [("InvalidSpec", status.conditions[0].message)], 0)
 
         the_plan = plan(td.spec)
@@ -125,6 +129,7 @@ class Reconciler:
                 if e.namespace_terminating:
                     # The namespace goes, and the resource with it: nothing to apply or
                     # report (its children went first).
+                    metrics.forget(namespace, name)
                     return Result("gone")
                 if e.status == 404 and KINDS[manifest["kind"]].optional:
                     observed.problems.append(missing_api(manifest))
@@ -146,6 +151,7 @@ class Reconciler:
         observed.pods = self.pods.of(namespace, name)
         observed.events = self.pods.events(observed.pods)
         status = compute_status(td, the_plan, observed, self.cfg, now_rfc3339())
+        report_metrics(td, the_plan, status)
         result = self._report(body, status, observed.problems, writes)
         if _loading(status):
             # The elapsed time in the message moves once a minute without any event.
@@ -229,6 +235,38 @@ class Reconciler:
             except KubeError as e:
                 log.warning("could not post event %s: %s", event[1], e)
         return posted
+
+
+def _conditions(status: TranscriptionDeploymentStatus) -> list[tuple[str, str, str]]:
+    return [(c.type, c.status.value, c.reason) for c in status.conditions]
+
+
+def capability_label(need: frozenset[Capability]) -> str:
+    """'transcriptions+word_timestamps': the endpoint, then the features, sorted."""
+    endpoints = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS, Capability.CHAT)
+    first = sorted(c.value for c in need if c in endpoints)
+    return "+".join(first + sorted(c.value for c in need if c not in endpoints))
+
+
+def report_metrics(
+    td: TranscriptionDeployment, the_plan: Plan, status: TranscriptionDeploymentStatus
+) -> None:
+    """The resource's status as the operator's per-resource series: its conditions, its
+    pools' replicas, and the replicas serving each kind of request its traffic declares."""
+    pools = {p.name: p for p in status.pools}
+    caps = []
+    for need in traffic_needs(td.spec.traffic.endpoints, td.spec.traffic.features):
+        serving = [pools[p.name] for p in the_plan.pools
+                   if p.capabilities.covers(need) and p.name in pools]  # fmt: skip
+        caps.append((capability_label(need), sum(p.replicas for p in serving),
+                     sum(min(p.ready_replicas, p.replicas) for p in serving)))  # fmt: skip
+    metrics.report_status(
+        td.namespace,
+        td.name,
+        _conditions(status),
+        [(p.name, p.engine.value, p.replicas, p.ready_replicas) for p in status.pools],
+        caps,
+    )
 
 
 def _loading(status: TranscriptionDeploymentStatus) -> bool:
