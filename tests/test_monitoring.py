@@ -48,6 +48,11 @@ def promtool() -> Path:
 
 
 @pytest.fixture(scope="module")
+def helm() -> Path:
+    return built(cluster.HELM, "helm")
+
+
+@pytest.fixture(scope="module")
 def recording() -> Recording:
     return Recording.load("local")
 
@@ -99,7 +104,7 @@ def test_pod_monitors_watch_only_the_watched_namespaces() -> None:
             assert d["spec"]["namespaceSelector"] == {"matchNames": ["speech", "asr"]}
 
 
-def test_relabelling_yields_the_labels_of_the_resource_pool_and_engine() -> None:
+def test_relabelling_yields_the_labels_of_the_resource_pool_and_engine(helm: Path) -> None:
     """The worker PodMonitor's relabelings, as Prometheus applies them to a worker pod the
     operator created; a transformers worker (no /metrics) is not scraped."""
     from testkit.metrics_record import chart_monitors, pod_target
@@ -131,7 +136,7 @@ def test_relabelling_yields_the_labels_of_the_resource_pool_and_engine() -> None
     assert fe is not None and fe.labels["deployment"] == "whisper" and "pool" not in fe.labels
 
 
-def test_operator_series_get_the_resource_as_namespace_and_deployment() -> None:
+def test_operator_series_get_the_resource_as_namespace_and_deployment(helm: Path) -> None:
     from testkit.metrics_record import chart_monitors, service_target
 
     t = service_target(chart_monitors()["operator"], "op-metrics", "op-1", "transcription-system",
