@@ -394,11 +394,11 @@ def test_a_trace_follows_a_request_from_the_frontend_into_the_worker(
         stack.kubectl("patch", "tdeploy", NAME, "-n", stack.namespace, "--type", "merge",
                       "-p", json.dumps(patch))  # fmt: skip
 
-        def traced() -> bool:
-            pods = stack.pods("frontend")
+        def traced() -> bool:  # every frontend pod, those terminating too (they may serve)
+            pods = stack.kubectl.json("get", "pods", "-n", stack.namespace, "-l",
+                                      "app.kubernetes.io/component=frontend")["items"]  # fmt: skip
             return bool(pods) and all(
                 any(c.get("ready") for c in p["status"].get("containerStatuses", []))
-                and p["metadata"].get("deletionTimestamp") is None
                 and any(e.get("name") == "OTEL_EXPORTER_OTLP_ENDPOINT" and e.get("value") == collector.url
                         for c in p["spec"]["containers"] for e in c.get("env", []))
                 for p in pods
@@ -411,8 +411,19 @@ def test_a_trace_follows_a_request_from_the_frontend_into_the_worker(
         with next(iter(speech.values())).open("rb") as f:
             c.audio.transcriptions.create(model="whisper-1", file=f,
                                           extra_headers={"traceparent": f"00-{trace_id}-{parent}-01"})  # fmt: skip
-        wait_for(lambda: collector.named("worker") and collector.trace(trace_id), timeout=60,
-                 interval=1, what="the request's spans exported")  # fmt: skip
+        try:
+            wait_for(lambda: collector.named("worker") and collector.trace(trace_id),
+                     timeout=60, interval=1, what="the request's spans exported")  # fmt: skip
+        except AssertionError as e:
+            pod = stack.pods("frontend")[0]["metadata"]["name"]
+            reach = stack.kubectl.run("exec", "-n", stack.namespace, pod, "--", "python", "-c",
+                                      f"import urllib.request as u; print(u.urlopen('{collector.url}/', timeout=5).status)",
+                                      check=False)  # fmt: skip
+            logs = stack.kubectl.run("logs", "-n", stack.namespace, pod, check=False)
+            raise AssertionError(
+                f"{e}; {collector.requests} exports received; from {pod}: "
+                f"{reach.stdout}{reach.stderr}; its log: {logs.stdout[-3000:]}"
+            ) from e
         spans = collector.trace(trace_id)
         print(f"\none trace from the test bed, frontend to worker:\n{tree(spans)}")
         (root,) = [s for s in spans if s.parent_id == parent]
