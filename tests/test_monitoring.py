@@ -171,23 +171,39 @@ def test_scrape_renames_a_clashing_label() -> None:
 # --------------------------------------------------------------------------- recorded series
 
 
-def test_recorded_series_carry_the_monitors_labels(recording: Recording) -> None:
+# The recordings: local processes (always), the test bed's pods once e2e/test_monitoring.py
+# has recorded them (RECORD_METRICS=1).
+SOURCES = sorted(p.name for p in monitoring.FIXTURES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_recorded_series_carry_the_monitors_labels(source: str) -> None:
     """Every worker series names its resource, pool and engine; every frontend series its
     resource; the operator's per-resource series their resource."""
+    recording = Recording.load(source)
+    want = {
+        "namespace": NAMESPACE,
+        "deployment": DEPLOYMENT,
+        "pool": "cpu",
+        "engine": "faster-whisper",
+    }
+    if source != "local":  # the test bed's namespace is a fresh one, the resource its sample
+        want = {"pool": "cpu", "engine": "faster-whisper"}
     for samples in recording.scenarios.values():
         for s in samples:
             labels = dict(s.labels)
             job = labels["job"]
+            per_resource = job == "transcription-frontend" or s.name in (
+                "transcription_operator_condition", "transcription_operator_pool_replicas")  # fmt: skip
             if job == "transcription-worker":
-                assert {labels[k] for k in ("namespace", "deployment", "pool", "engine")} == {
-                    NAMESPACE, DEPLOYMENT, "cpu", "faster-whisper"}, s  # fmt: skip
-            elif job == "transcription-frontend" or s.name in (
-                "transcription_operator_condition",
-                "transcription_operator_pool_replicas",
-            ):
-                assert (labels["namespace"], labels["deployment"]) == (NAMESPACE, DEPLOYMENT), s
+                assert {"namespace", "deployment"} <= set(labels), s
+                assert {k: labels[k] for k in want} == want, s
+            elif per_resource:
+                assert {"namespace", "deployment"} <= set(labels), s
+                if source == "local":
+                    assert (labels["namespace"], labels["deployment"]) == (NAMESPACE, DEPLOYMENT), s
             else:
-                assert job == "transcription-operator", s
+                assert job == "transcription-operator" and "namespace" in labels, s
 
 
 def test_input_series_sustain_the_recorded_state() -> None:
@@ -278,6 +294,15 @@ def test_a_wrong_threshold_fails_the_rule_tests(promtool: Path, recording: Recor
 
 def test_dashboard_queries_name_only_recorded_metrics(recording: Recording) -> None:
     assert monitoring.check_dashboard(monitoring.load_dashboard(), recording, None) == []
+
+
+def test_other_recordings_hold_what_the_local_one_does(recording: Recording) -> None:
+    """The test bed's pods (once recorded) export every series name the local processes did
+    in the healthy scenario: the local recording, which the rule tests use, is what the real
+    pods say."""
+    for source in SOURCES:
+        missing = {s.name for s in recording.scenarios["healthy"]} - Recording.load(source).names()
+        assert missing == set(), f"{source}: not exported by its components: {sorted(missing)}"
 
 
 def test_every_dashboard_query_returns_data(promtool: Path, recording: Recording) -> None:
