@@ -404,3 +404,57 @@ def test_operator_reports_conditions_pools_and_capabilities() -> None:
     world.reconcile()  # gone
     assert value("transcription_operator_condition", condition="Ready", reason="Ready") is None
     metrics.forget_all()
+
+
+MONITORED = {"model": {"name": "openai/whisper-large-v3-turbo"}, "engine": "vllm",
+             "pools": [{"name": "batch", "resources": {"gpus": 1}},
+                       {"name": "chat", "engine": "transformers", "mode": "sequential"}],
+             "monitoring": {"podMonitor": True, "interval": "15s", "labels": {"release": "kps"}}}  # fmt: skip
+
+
+def test_the_operator_creates_a_pod_monitor_when_the_spec_asks() -> None:
+    """spec.monitoring.podMonitor: one PodMonitor for the resource's frontend and workers,
+    relabelled as the chart's monitors are (Prometheus' relabelling on the pods' labels)."""
+    from testkit.metrics_record import pod_target
+    from testkit.resources import make_td
+    from transcription_operator.children import build
+    from transcription_operator.config import OperatorConfig
+
+    assert not [m for m in build(make_td({**MONITORED, "monitoring": {}}), OperatorConfig())
+                if m["kind"] == "PodMonitor"]  # fmt: skip
+    children = build(make_td(MONITORED), OperatorConfig())
+    (monitor,) = [m for m in children if m["kind"] == "PodMonitor"]
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "15s"
+    assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "whisper"
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["metadata"]["labels"]
+            for m in children if m["kind"] == "Deployment"}  # fmt: skip
+    want = {
+        "whisper-batch": ("transcription-worker", "batch", "vllm"),
+        "whisper-frontend": ("transcription-frontend", None, None),
+    }
+    for name, (job, pool, engine) in want.items():
+        t = pod_target(monitor, f"{name}-a-b", "speech", pods[name], "10.0.0.5:8000", "c")
+        assert t is not None
+        assert (t.labels["job"], t.labels["deployment"], t.labels.get("pool"), t.labels.get("engine")) == (
+            job, "whisper", pool, engine)  # fmt: skip
+        assert "endpoint" not in t.labels
+    assert (
+        pod_target(monitor, "p", "speech", pods["whisper-chat"], "10.0.0.6:8000", "c") is None
+    )  # no /metrics
+
+
+def test_a_pod_monitor_is_skipped_where_prometheus_operator_is_missing() -> None:
+    """The cluster does not serve PodMonitors: the rest is applied, and the resource is not
+    Degraded for it (unlike a missing KEDA for an autoscaled pool)."""
+    from testkit.operator import World
+
+    world = World({**MONITORED, "pools": MONITORED["pools"][:1]})
+    world.kube.unserved.add("PodMonitor")
+    world.reconcile()
+    assert ("apply", "PodMonitor", "whisper-metrics") in world.kube.writes
+    assert ("Deployment", "whisper-batch") in world.kube.objects
+    assert world.condition("Degraded")["status"] == "False"
+    world.kube.unserved.clear()
+    world.reconcile()
+    assert ("PodMonitor", "whisper-metrics") in world.kube.objects

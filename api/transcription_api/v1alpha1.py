@@ -693,6 +693,27 @@ OTLP_ENDPOINT_MESSAGE = (
 )
 
 
+class MonitoringSpec(_Model):
+    """Prometheus scraping of this resource's pods through prometheus-operator
+    (docs/operations/metrics.md). The chart's `metrics.podMonitors` does the same for every
+    resource at once; this is for clusters where the chart's is off."""
+
+    pod_monitor: bool = Field(
+        default=False,
+        description="Create a PodMonitor (monitoring.coreos.com/v1) scraping the frontend and "
+        "the workers (not `transformers serve`, which has no /metrics), whose series get "
+        "`namespace`, `deployment`, `pool` and `engine` labels. Skipped where the cluster "
+        "does not serve PodMonitors (prometheus-operator not installed).",
+    )
+    interval: str = Field(
+        default="30s", pattern=DURATION, max_length=20, description="Scrape interval."
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the PodMonitor: what Prometheus' podMonitorSelector matches.",
+    )
+
+
 class TracingSpec(_Model):
     """OpenTelemetry traces of each request, from the frontend into vLLM's engine
     (docs/operations/tracing.md). Off unless `endpoint` is set."""
@@ -830,6 +851,10 @@ class TranscriptionDeploymentSpec(_Model):
     tracing: TracingSpec = Field(
         default_factory=TracingSpec,
         description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
+    )
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec,
+        description="Prometheus: a PodMonitor for this resource's pods (off by default).",
     )
 
     @model_validator(mode="after")

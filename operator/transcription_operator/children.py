@@ -33,6 +33,8 @@ from .names import (
     COMPONENT_LABEL,
     ENGINE_LABEL,
     INSTANCE_LABEL,
+    MANAGED_BY_LABEL,
+    PART_OF,
     frontend_name,
     frontend_service_name,
     labels,
@@ -744,4 +746,51 @@ def build(
     if td.spec.network_policy.enabled:
         out.append(worker_network_policy(td))
         out.append(frontend_network_policy(td))
+    if td.spec.monitoring.pod_monitor:
+        out.append(pod_monitor(td))
     return out
+
+
+def pod_monitor(td: TranscriptionDeployment) -> Manifest:
+    """prometheus-operator's PodMonitor of the resource's frontend and worker pods, with the
+    relabelling of the chart's monitors (templates/monitors.yaml): `deployment`, `pool` and
+    `engine` from the pods' labels, `job` transcription-frontend or transcription-worker."""
+    m = td.spec.monitoring
+    meta = _meta(td, f"{td.name}-metrics", "metrics")
+    meta["labels"] = {**m.labels, **meta["labels"]}
+
+    def replace(pod_label: str, target: str, replacement: str = "$1") -> dict[str, Any]:
+        source = "__meta_kubernetes_pod_label_" + pod_label
+        return {"action": "replace", "sourceLabels": [source], "targetLabel": target,
+                "replacement": replacement}  # fmt: skip
+
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": meta,
+        "spec": {
+            "selector": {
+                "matchLabels": {INSTANCE_LABEL: td.name, MANAGED_BY_LABEL: PART_OF},
+                "matchExpressions": [
+                    {"key": COMPONENT_LABEL, "operator": "In", "values": ["frontend", "worker"]}
+                ],
+            },
+            "podMetricsEndpoints": [
+                {
+                    "port": "http",
+                    "path": "/metrics",
+                    "interval": m.interval,
+                    "relabelings": [
+                        # `transformers serve` has no /metrics.
+                        {"action": "drop", "regex": "transformers",
+                         "sourceLabels": ["__meta_kubernetes_pod_label_transcription_dev_engine"]},
+                        replace("app_kubernetes_io_component", "job", "transcription-$1"),
+                        replace("app_kubernetes_io_instance", "deployment"),
+                        replace("transcription_dev_pool", "pool"),
+                        replace("transcription_dev_engine", "engine"),
+                        {"action": "labeldrop", "regex": "endpoint"},
+                    ],
+                }
+            ],
+        },
+    }  # fmt: skip

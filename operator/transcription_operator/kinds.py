@@ -55,6 +55,8 @@ CHILDREN: tuple[Kind, ...] = (
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     # KEDA's, for autoscaled pools: an API that may be missing (KEDA not installed).
     Kind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", optional=True),
+    # prometheus-operator's, when spec.monitoring.podMonitor asks (skipped where missing).
+    Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", optional=True),
 )
 RESOURCE = Kind(API_VERSION, KIND, PLURAL, READ)
 SECRET = Kind("v1", "Secret", "secrets", ("get",))  # existence checks, by name only

@@ -131,6 +131,12 @@ class Reconciler:
                     # report (its children went first).
                     metrics.forget(namespace, name)
                     return Result("gone")
+                if e.status == 404 and manifest["kind"] == "PodMonitor":
+                    # Monitoring asked for where prometheus-operator is not installed:
+                    # nothing would scrape it; skipped, not a fault of the service.
+                    log.info("%s/%s: PodMonitor skipped: the cluster does not serve the kind",
+                             meta["namespace"], meta["name"])  # fmt: skip
+                    continue
                 if e.status == 404 and KINDS[manifest["kind"]].optional:
                     observed.problems.append(missing_api(manifest))
                     continue

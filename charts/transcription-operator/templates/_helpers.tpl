@@ -54,6 +54,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# prometheus-operator's PodMonitors, for resources whose spec.monitoring asks (harmless
+# where prometheus-operator is not installed).
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The frontend's Role grants these; RBAC lets the operator grant only what it holds.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
