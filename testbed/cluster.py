@@ -157,6 +157,9 @@ PROMTOOL = Tool(
     "prometheus",
     "github.com/prometheus/prometheus",
     {"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
+    # Without the service-discovery plugins (cloud SDKs, client-go): promtool's rule tests
+    # need none, and the build is a fraction of the time.
+    tags=("remove_all_sd",),
 )
 CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA)
 ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL)
