@@ -5,7 +5,6 @@ promtool on series recorded from the real components (tests/fixtures/metrics, wr
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,19 +26,9 @@ from testkit.metrics_record import (
     scrape,
 )
 from testkit.monitoring import ALERTS, Recording
+from testkit.tools import built
 
 CHART = monitoring.CHART
-
-
-def built(tool: cluster.Tool, binary: str) -> Path:
-    """A test-bed binary; a test without it skips here, and fails in CI, where `make test`
-    builds every tool first."""
-    path = tool.path(binary)
-    if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not built: `python -m testbed build` builds it")
-        pytest.skip(f"{binary} is not built (python -m testbed build)")
-    return path
 
 
 @pytest.fixture(scope="module")

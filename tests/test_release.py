@@ -6,7 +6,6 @@ refused with an error that names it, and leaves the files as they were."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tarfile
@@ -20,20 +19,10 @@ from charts import render_install, render_readme
 from release import chart, images, version
 from testbed import cluster
 from testbed import images as testbed_images
+from testkit.tools import built
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = "ghcr.io/transcription-dev"
-
-
-def built(tool: cluster.Tool, binary: str) -> Path:
-    """A test-bed binary; a test without it skips here, and fails in CI, where `make test`
-    builds every tool first."""
-    path = tool.path(binary)
-    if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not built: `python -m testbed build` builds it")
-        pytest.skip(f"{binary} is not built (python -m testbed build)")
-    return path
 
 
 def digests(seed: str = "") -> dict[str, str]:

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from release import images
 from testbed import cluster
+from testkit.tools import built
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -24,14 +23,7 @@ RENOVATE = ROOT / ".github" / "renovate.json"
 
 
 def actionlint() -> Path:
-    """The test bed's actionlint; skipped here when it is not built, a failure in CI, where
-    `make test` builds every tool first."""
-    path = cluster.ACTIONLINT.path("actionlint")
-    if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail("actionlint is not built: `python -m testbed build` builds it")
-        pytest.skip("actionlint is not built (python -m testbed build)")
-    return path
+    return built(cluster.ACTIONLINT, "actionlint")
 
 
 def workflow(name: str) -> dict[Any, Any]:
