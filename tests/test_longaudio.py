@@ -17,12 +17,19 @@ import openai
 import pytest
 
 from testkit.audio import SENTENCES, convert, wer
-from testkit.frontend import PRIMARY, Frontend, pool
+from testkit.frontend import PRIMARY, Frontend, chat_pool, pool
 from testkit.longaudio import Recording, damaged, long_recording
-from testkit.standins import Behaviour, Running, serve, vllm_app
-from transcription_api.capabilities import Engine, Mode
+from testkit.standins import Behaviour, Running, Seen, serve, vllm_app
+from transcription_api.capabilities import Capability, Engine, Mode
 from transcription_api.routes import RouteTable
+from transcription_frontend.longaudio.fanout import (
+    PREVIOUS_WORDS,
+    _whisper_only,
+    chained_prompt,
+    runs,
+)
 from transcription_frontend.longaudio.settings import Chunking
+from transcription_frontend.routing import NoPool
 
 CHUNKS = "transcription_frontend_chunked_requests_total"
 
@@ -250,3 +257,72 @@ def test_a_threshold_outside_0_to_1_is_a_400(
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "chunking_strategy[threshold]"
     assert not a.seen and not b.seen
+
+
+# ---- each chunk prompted with the text of the one before it (spec.frontend.chunking.previousText)
+
+
+def test_runs_split_the_chunks_into_consecutive_runs_as_equal_as_they_come() -> None:
+    assert runs(24, 4) == [range(0, 6), range(6, 12), range(12, 18), range(18, 24)]
+    assert runs(5, 2) == [range(0, 2), range(2, 5)]
+    assert runs(3, 4) == [range(0, 1), range(1, 2), range(2, 3)]  # more slots than chunks
+    assert runs(7, 1) == [range(0, 7)]
+    assert runs(0, 4) == []
+    for chunks, parallel in ((24, 4), (5, 2), (3, 4), (100, 7)):
+        covered = [i for r in runs(chunks, parallel) for i in r]
+        assert covered == list(range(chunks))
+
+
+def test_the_text_before_follows_the_clients_prompt_and_is_cut_to_its_last_words() -> None:
+    fields = [("model", "whisper-1"), ("prompt", "Kubernetes, vLLM.")]
+    assert chained_prompt(fields, "one two") == [("model", "whisper-1"),
+                                                 ("prompt", "Kubernetes, vLLM. one two")]  # fmt: skip
+    assert chained_prompt([("model", "m")], "  one   two ") == [
+        ("model", "m"),
+        ("prompt", "one two"),
+    ]
+    assert chained_prompt(fields, "   ") == fields  # nothing before: the client's own prompt
+    long = " ".join(f"w{i}" for i in range(PREVIOUS_WORDS + 50))
+    (prompt,) = [v for k, v in chained_prompt([], long) if k == "prompt"]
+    assert prompt.split() == long.split()[-PREVIOUS_WORDS:]
+
+
+def test_only_whisper_pools_are_prompted_with_the_text_before() -> None:
+    whisper = pool("w", ["http://127.0.0.1:1"])
+    assert _whisper_only([whisper])
+    assert not _whisper_only([whisper, chat_pool("http://127.0.0.1:2")])
+    assert not _whisper_only(NoPool(frozenset({Capability.TRANSCRIPTIONS})))
+
+
+def prompts(seen: list[Seen]) -> list[str | None]:
+    return [dict(s.fields).get("prompt") for s in seen]
+
+
+@pytest.mark.parametrize("previous_text", [True, False])
+def test_one_run_prompts_each_chunk_with_the_answer_before_it(
+    recording: Recording, previous_text: bool
+) -> None:
+    """max_parallel 1: one run, in order; with previous_text every chunk after the first
+    carries the client's prompt and then the text the stand-in answered for the chunk
+    before it; without, each only the client's prompt."""
+    worker = Behaviour(delay=0.05)
+    with serve(vllm_app([PRIMARY, "whisper-1"], worker)) as w:
+        table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [w.url])])
+        fe = Frontend(table, chunking=Chunking(max_parallel=1, previous_text=previous_text))
+        try:
+            r = fe.post({"model": "whisper-1", "chunking_strategy": "auto", "prompt": "Glossary:"},
+                        recording.wav.read_bytes(), timeout=120)  # fmt: skip
+        finally:
+            fe.running.stop()
+    assert r.status_code == 200, r.text
+    got = prompts(worker.seen)
+    assert len(got) >= 3 and got[0] == "Glossary:", got
+    answer = r.json()["text"].split()  # the stand-in answers every chunk with the same text
+    n = len(got)
+    one = " ".join(answer[: len(answer) // n])
+    if previous_text:
+        assert all(
+            p is not None and p.startswith("Glossary: ") and p.endswith(one) for p in got[1:]
+        ), got
+    else:
+        assert got == ["Glossary:"] * n, got

@@ -559,6 +559,14 @@ class ChunkingSpec(_Model):
         description="Chunks of one request transcribed at once, so that one long file cannot "
         "starve short requests.",
     )  # fmt: skip
+    previous_text: bool = Field(
+        default=True,
+        description="Prompt each chunk with the text of the chunk before it, as Whisper "
+        "conditions each window on the text before it inside one file (Whisper pools only; "
+        "after the request's own `prompt`). The chunks then form `maxParallelChunks` runs of "
+        "consecutive chunks, each run in order. Measured: 3 points better WER (python -m "
+        "bench longaudio-prompt).",
+    )
 
 
 class FrontendSpec(_Model):

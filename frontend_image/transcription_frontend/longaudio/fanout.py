@@ -9,7 +9,10 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
 3. each chunk, as 16 kHz FLAC, is a request of its own into the pipeline (subrequest.py):
    the pool's least-loaded ready worker takes it, a worker that fails before answering is
    replaced by another, a pool at zero is woken and the chunk held; at most `max_parallel`
-   chunks of a request run at once;
+   chunks of a request run at once. With `previous_text` (Whisper pools), the chunks form
+   `max_parallel` runs of consecutive chunks: each run goes in order, each chunk prompted
+   with the text of the one before it (after the client's own prompt), as Whisper
+   conditions each window on the text before it inside one file;
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
    each chunk's text as soon as it and every chunk before it are done.
 A client that disconnects cancels every chunk still running; a chunk that fails fails the
@@ -19,6 +22,8 @@ request, naming the chunk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import logging
 import time
@@ -26,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 from transcription_api import sse
-from transcription_api.capabilities import Capability
+from transcription_api.capabilities import Capability, ModelFamily
 from transcription_api.chunking import FIELD, ChunkingStrategy
 from transcription_api.errors import APIError
 from transcription_api.multipart import Upload
@@ -60,6 +65,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("transcription_frontend.longaudio")
 
 AUTO = ChunkingStrategy()
+# The end of the previous chunk's text that prompts the next (Whisper reads ~223 tokens).
+PREVIOUS_WORDS = 100
 
 
 def plan(
@@ -92,6 +99,30 @@ def chunk_seconds(cfg: Chunking, pools: list[PoolRoute] | NoPool) -> float:
             if p.capability_set.max_audio_seconds is not None
         ]
     return min(limits)
+
+
+def _whisper_only(pools: list[PoolRoute] | NoPool) -> bool:
+    """Whether every pool a chunk may go to reads a prompt as Whisper does: the transcript
+    before the audio (an audio LM reads it as part of its instruction)."""
+    return not isinstance(pools, NoPool) and all(p.family == ModelFamily.WHISPER for p in pools)
+
+
+def runs(chunks: int, parallel: int) -> list[range]:
+    """`chunks` in at most `parallel` runs of consecutive chunks, as equal as they come."""
+    n = max(1, min(parallel, chunks))
+    bounds = [k * chunks // n for k in range(n + 1)]
+    return [range(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def chained_prompt(fields: list[tuple[str, str]], previous: str) -> list[tuple[str, str]]:
+    """A chunk's fields with the text before it appended to the client's prompt (its last
+    PREVIOUS_WORDS words: Whisper reads about 223 tokens of prompt)."""
+    words = previous.split()[-PREVIOUS_WORDS:]
+    if not words:
+        return fields
+    own = " ".join(v for k, v in fields if k == "prompt").strip()
+    prompt = " ".join([own, *words]) if own else " ".join(words)
+    return [*(f for f in fields if f[0] != "prompt"), ("prompt", prompt)]
 
 
 def chunk_fields(
@@ -143,7 +174,9 @@ async def transcribe_long(
         headers = dict(scope["headers"])
         caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
         fields = chunk_fields(upload.fields, request)
-        runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller, cfg.max_parallel)
+        chained = cfg.previous_text and _whisper_only(gw.router.candidates(needs, 0))
+        runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller, cfg.max_parallel,
+                         chained)  # fmt: skip
         if request.stream:
             return Reply(200, sse.MEDIA_TYPE, stream=_stream(runner, decoded),
                          headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
@@ -190,15 +223,18 @@ def too_long(seconds: float, limit: float) -> APIError:
 
 
 class _Runner:
-    """The chunks of one request, at most `parallel` at a time, answers kept in order."""
+    """The chunks of one request, at most `parallel` at a time, answers kept in order;
+    `chained`: in runs, each chunk prompted with the text of the one before it."""
 
     def __init__(
         self, pipeline: Pipeline, gw: Any, endpoint: Capability, decoded: Decoded,
         chunks: list[Chunk], fields: list[tuple[str, str]], caller: Caller, parallel: int,
+        chained: bool = False,
     ) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.gw, self.endpoint, self.decoded, self.chunks = gw, endpoint, decoded, chunks
-        self.fields, self.caller = fields, caller
+        self.fields, self.caller, self.chained = fields, caller, chained
+        self.firsts = {r.start for r in runs(len(chunks), parallel)} if chained else set()
         self.slots = asyncio.Semaphore(parallel)
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
         # The chunks' parent span: from here until the last chunk ends (`cancel`).
@@ -209,15 +245,24 @@ class _Runner:
 
     def start(self) -> None:
         if not self.tasks:
-            self.tasks = [asyncio.create_task(self._one(c)) for c in self.chunks]
+            for i, c in enumerate(self.chunks):
+                before = self.tasks[i - 1] if self.chained and i not in self.firsts else None
+                self.tasks.append(asyncio.create_task(self._one(c, before)))
 
-    async def _one(self, chunk: Chunk) -> dict[str, Any]:
+    async def _one(
+        self, chunk: Chunk, before: asyncio.Task[dict[str, Any]] | None
+    ) -> dict[str, Any]:
         from .cut import encode
 
+        fields = self.fields
+        if before is not None:  # its run's previous chunk: its text is this one's prompt
+            with contextlib.suppress(_Failed):  # that one fails the request, this one with it
+                fields = chained_prompt(fields, str((await before).get("text") or ""))
         attributes = {
             "transcription.chunk.index": chunk.index,
             "transcription.chunk.start": round(chunk.start, 3),
             "transcription.chunk.end": round(chunk.end, 3),
+            "transcription.chunk.previous_text": before is not None,
         }
         parent = context_of(self.span) if self.span else None
         async with self.slots:
@@ -225,7 +270,7 @@ class _Runner:
                 flac = await asyncio.to_thread(encode, self.decoded, chunk)
                 started = time.monotonic()
                 status, body = await post(
-                    self.pipeline, self.gw, self.endpoint, self.fields, flac, "chunk.flac",
+                    self.pipeline, self.gw, self.endpoint, fields, flac, "chunk.flac",
                     "audio/flac", self.caller,
                 )  # fmt: skip
                 metrics.CHUNK_SECONDS.observe(time.monotonic() - started)

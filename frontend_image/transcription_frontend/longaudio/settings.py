@@ -18,6 +18,7 @@ class Chunking:
     threshold_seconds: float = _D.threshold_seconds
     max_chunk_seconds: float = _D.max_chunk_seconds
     max_parallel: int = _D.max_parallel_chunks  # chunks of one request at once
+    previous_text: bool = _D.previous_text  # each chunk prompted with the one before's text
     max_audio_seconds: float | None = None  # longer: 413 naming spec.frontend.maxAudioSeconds
 
 
@@ -32,6 +33,8 @@ def chunking_args(parser: Any) -> None:
                    help="longest chunk")  # fmt: skip
     g.add_argument("--max-parallel-chunks", type=int, default=_D.max_parallel_chunks,
                    help="chunks of one request at once")  # fmt: skip
+    g.add_argument("--no-chunk-previous-text", action="store_true",
+                   help="no chunk prompted with the text of the one before")  # fmt: skip
     g.add_argument("--max-audio-seconds", type=float, default=None,
                    help="longest audio accepted; longer: 413")  # fmt: skip
 
@@ -42,5 +45,6 @@ def chunking_of(args: Any) -> Chunking:
         threshold_seconds=args.chunk_threshold,
         max_chunk_seconds=args.max_chunk_seconds,
         max_parallel=args.max_parallel_chunks,
+        previous_text=not args.no_chunk_previous_text,
         max_audio_seconds=args.max_audio_seconds,
     )
