@@ -12,7 +12,9 @@ worker replica runs with the same CPU share: `--threads 1` (and OMP_NUM_THREADS=
        `chunking_strategy`: the worker decodes the whole file itself (1 thread);
    (c) 1 replica, chunked (`chunking_strategy="auto"`): chunking's own cost, without
        parallelism;
-   (b) 2 replicas, chunked (`chunking_strategy="auto"`, 2 x 1 thread).
+   (b) 2 replicas, chunked (`chunking_strategy="auto"`, 2 x 1 thread); and again with each
+       chunk prompted with the text of the one before it in its run
+       (`--chunk-previous-text`), side by side.
    Target: (a) / (b) >= 1.8. Also the CPU seconds the workers (each replica's) and the
    frontend used: robust to other load on the machine, whose CPU count and load average are
    printed with the table.
@@ -65,6 +67,7 @@ from .frontend import worker as standin_worker
 from .worker import clip_seconds
 
 FRONTEND_ONE, FRONTEND_TWO, FRONTEND_STANDIN = 18780, 18781, 18782
+FRONTEND_CHAINED = 18787  # 2 replicas, chunks prompted with the text before them
 WORKERS = (18783, 18784)
 STANDIN = 18785
 THREADS = 1  # per worker replica: its equal CPU share
@@ -386,9 +389,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         procs.append(fe_one)
         fe_two = frontend(FRONTEND_TWO, fw_routes(RESULTS / "routes-longaudio-2.json", WORKERS))
         procs.append(fe_two)
+        fe_chained = frontend(FRONTEND_CHAINED, fw_routes(RESULTS / "routes-longaudio-2.json",
+                                                          WORKERS), "--chunk-previous-text")  # fmt: skip
+        procs.append(fe_chained)
         one, two = f"http://127.0.0.1:{FRONTEND_ONE}", f"http://127.0.0.1:{FRONTEND_TWO}"
+        chained = f"http://127.0.0.1:{FRONTEND_CHAINED}"
         say("warming up (the short sentence on each worker, then through each frontend)")
-        for url in (*(f"http://127.0.0.1:{p}" for p in WORKERS), one, two):
+        for url in (*(f"http://127.0.0.1:{p}" for p in WORKERS), one, two, chained):
             shorts(url, short, count=1)
 
         say("(a) 1 replica, whole file (--no-chunking, no chunking_strategy)")
@@ -403,6 +410,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         runs["b"] = long_request(two, rec.wav, rec.text, fe_two, workers, chunked=True)
         say(
             f"(b) {runs['b']['wall_s']:.1f} s, {runs['b']['chunks']} chunks, WER {runs['b']['wer_pct']:.2f}%"
+        )
+        say("(b) again, each chunk prompted with the text before it (--chunk-previous-text)")
+        runs["b_chained"] = long_request(chained, rec.wav, rec.text, fe_chained, workers,
+                                         chunked=True)  # fmt: skip
+        say(
+            f"(b) chained {runs['b_chained']['wall_s']:.1f} s, WER {runs['b_chained']['wer_pct']:.2f}%"
         )
         say("stream: 2 replicas, chunked, stream=true")
         runs["stream"] = long_request(
@@ -476,7 +489,9 @@ def run(quick: bool = False) -> dict[str, Any]:
               " + ".join(f"{x:.1f}" for x in r["worker_cpu_s_each"]), r["frontend_cpu_s"],
               r["chunks"], r["chunk_latency"]["p50"], r["chunk_latency"]["mean"]]
              for label, r in (("(a) 1 replica, whole (--no-chunking)", a), ("(c) 1 replica, chunked (auto)", c),
-                              ("(b) 2 replicas, chunked (auto)", b), ("stream, 2 replicas, chunked", st),
+                              ("(b) 2 replicas, chunked (auto)", b),
+                              ("(b) previous text as prompt (previousText)", runs["b_chained"]),
+                              ("stream, 2 replicas, chunked", st),
                               ("(b) beside short requests", runs["b_with_shorts"]))])  # fmt: skip
     table("Streaming: first delta against one chunk's time (2 replicas)", ["", "seconds"],
           [["first delta (stream=true, chunked)", first],

@@ -266,10 +266,10 @@ def test_every_chunking_setting_of_the_resource_reaches_the_frontend_as_its_flag
     assert chunking_of(parse_args(["--routes", "r.json"])) == Chunking()
     fe = FrontendSpec(max_audio_seconds=7200, chunking=ChunkingSpec(
         enabled=False, threshold_seconds=300, max_chunk_seconds=20, max_parallel_chunks=2,
-        previous_text=False))  # fmt: skip
+        previous_text=True))  # fmt: skip
     got = chunking_of(parse_args(["--routes", "r.json", *chunking_args(fe)]))
     assert got == Chunking(enabled=False, threshold_seconds=300, max_chunk_seconds=20,
-                           max_parallel=2, previous_text=False, max_audio_seconds=7200)  # fmt: skip
+                           max_parallel=2, previous_text=True, max_audio_seconds=7200)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- 2: chat bodies

@@ -560,12 +560,13 @@ class ChunkingSpec(_Model):
         "starve short requests.",
     )  # fmt: skip
     previous_text: bool = Field(
-        default=True,
+        default=False,
         description="Prompt each chunk with the text of the chunk before it, as Whisper "
         "conditions each window on the text before it inside one file (Whisper pools only; "
         "after the request's own `prompt`). The chunks then form `maxParallelChunks` runs of "
-        "consecutive chunks, each run in order. Measured: 3 points better WER (python -m "
-        "bench longaudio-prompt).",
+        "consecutive chunks, each run in order. Off by default: it helped WER with 25 s "
+        "chunks and not with the 28.5 s chunks cut by default (python -m bench "
+        "longaudio-prompt, docs/benchmarks.md).",
     )
 
 

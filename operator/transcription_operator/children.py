@@ -585,8 +585,8 @@ def chunking_args(fe: FrontendSpec) -> list[str]:
     ):
         if value != default:
             args += [flag, f"{value:g}"]
-    if not c.previous_text:
-        args.append("--no-chunk-previous-text")
+    if c.previous_text:
+        args.append("--chunk-previous-text")
     if fe.max_audio_seconds is not None:
         args += ["--max-audio-seconds", f"{fe.max_audio_seconds:g}"]
     return args

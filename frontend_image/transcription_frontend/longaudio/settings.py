@@ -33,8 +33,8 @@ def chunking_args(parser: Any) -> None:
                    help="longest chunk")  # fmt: skip
     g.add_argument("--max-parallel-chunks", type=int, default=_D.max_parallel_chunks,
                    help="chunks of one request at once")  # fmt: skip
-    g.add_argument("--no-chunk-previous-text", action="store_true",
-                   help="no chunk prompted with the text of the one before")  # fmt: skip
+    g.add_argument("--chunk-previous-text", action="store_true",
+                   help="prompt each chunk with the text of the one before")  # fmt: skip
     g.add_argument("--max-audio-seconds", type=float, default=None,
                    help="longest audio accepted; longer: 413")  # fmt: skip
 
@@ -45,6 +45,6 @@ def chunking_of(args: Any) -> Chunking:
         threshold_seconds=args.chunk_threshold,
         max_chunk_seconds=args.max_chunk_seconds,
         max_parallel=args.max_parallel_chunks,
-        previous_text=not args.no_chunk_previous_text,
+        previous_text=args.chunk_previous_text,
         max_audio_seconds=args.max_audio_seconds,
     )
