@@ -57,7 +57,9 @@ def test_a_realtime_session_wakes_a_pool_at_zero_and_its_turn_is_held(scaling: S
     result = scenarios.realtime_from_zero(scaling)
     no_failures(result)
     assert result.settle_s is not None, "the pool never became ready"
-    assert result.outcomes[0].end >= result.outcomes[0].start + result.settle_s, result.notes
+    # Held until the pool was up: the session lasted as long as the wake-up (give or take
+    # the Deployment's status, which lags the EndpointSlice the frontend follows by ~1 s).
+    assert result.outcomes[0].seconds >= result.settle_s - 3, result.notes
 
 
 def test_a_pool_rollout_under_load_fails_nothing(scaling: Scaling) -> None:
