@@ -71,12 +71,12 @@ venv-transformers: $(TSTAMP)
 
 # Debian packages: espeak-ng speaks test sentences, sox converts audio, ffmpeg encodes the
 # compressed containers (mp3, m4a, webm, ogg); the test bed's real node needs runc, the CNI
-# plugins, iptables, conntrack and socat, and its images are built with buildah from a
-# debootstrap'ed Debian (gcc/libc6-dev compile the pod sandbox's pause program); vLLM's CPU
+# plugins, iptables, conntrack, socat and ipset (kube-router's NetworkPolicies), and its
+# images are built with buildah from a debootstrap'ed Debian (gcc/libc6-dev compile the pod sandbox's pause program); vLLM's CPU
 # kernels (make vllm-env) link against libnuma.
 SYSTEM_TOOLS := espeak-ng:espeak-ng sox:sox sox:libsox-fmt-all ffmpeg:ffmpeg \
   runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
-  conntrack:conntrack socat:socat buildah:buildah debootstrap:debootstrap gcc:gcc \
+  conntrack:conntrack socat:socat ipset:ipset buildah:buildah debootstrap:debootstrap gcc:gcc \
   /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev /usr/lib/x86_64-linux-gnu/libnuma.so.1:libnuma1
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do tool=$${pair%%:*}; pkg=$${pair#*:}; \

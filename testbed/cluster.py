@@ -161,7 +161,17 @@ PROMTOOL = Tool(
     # need none, and the build is a fraction of the time.
     tags=("remove_all_sd",),
 )
-CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA)
+# The real node's NetworkPolicy engine: kube-router's firewall controller alone (iptables
+# and ipset, on pod addresses, so it works beside the bridge CNI), without its router,
+# service proxy and load balancer. The only version the module proxy serves, v2.1.0, has an
+# advisory against its service proxy (GHSA-phqm-jgc3-qf8g: external and load-balancer IPs
+# unchecked), the one part the test bed does not run.
+KUBE_ROUTER = Tool(
+    "kube-router",
+    "github.com/cloudnativelabs/kube-router/v2",
+    {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
+)
+CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, KUBE_ROUTER)
 ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL)
 
 
@@ -175,6 +185,7 @@ def ldflags(tool: Tool) -> str:
         "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
         "coredns": [],  # it reports the version of its module
         "keda": [f"-X github.com/kedacore/keda/v2/version.Version={v}"],
+        "kube-router": [f"-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version={v}"],
         # As its release binaries say it: "1.7.12" (its usage header links the docs of v1.7.12).
         "actionlint": [f"-X github.com/rhysd/actionlint.version={v.lstrip('v')}"],
         "prometheus": [f"-X github.com/prometheus/common/version.Version={v.lstrip('v')}"],
@@ -495,12 +506,19 @@ def service_ip(n: int) -> str:
 REAL_NODE = os.environ.get("TESTBED_REAL_NODE", "1" if CLUSTER == "transcription" else "0") != "0"
 
 
+def node_binary(name: str) -> Path:
+    """The real node's programs: containerd's, kube-router, and Kubernetes' own."""
+    if name == "kube-router":
+        return KUBE_ROUTER.path(name)
+    return (KUBERNETES if name.startswith("kube") else CONTAINERD).path(name)
+
+
 def node() -> realnode.Node:
     server = json.loads(kubectl("config", "view", "--minify", "-o", "json"))["clusters"][0]
     port = int(server["cluster"]["server"].rsplit(":", 1)[1])
     return realnode.Node(
         cache=CACHE,
-        binaries=lambda name: (KUBERNETES if name.startswith("kube") else CONTAINERD).path(name),
+        binaries=node_binary,
         kubeconfig=KUBECONFIG,
         pki=pki_dir(),
         service_cidr=SERVICE_CIDR,
@@ -519,10 +537,13 @@ def start_real_node() -> None:
     start = time.monotonic()
     refs = images.refs()  # built by up() (build_all)
     n = node()
-    say(f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy)")
+    say(
+        f"starting the real node {realnode.NODE_NAME} (containerd, kubelet, kube-proxy, kube-router)"
+    )
     n.up()
     import_images()
     wait_node_ready(realnode.NODE_NAME, timeout=120)
+    n.enforce_network_policies()
     say(f"real node ready in {time.monotonic() - start:.1f}s; images: "
         + ", ".join(refs[i.name] for i in images.ALL))  # fmt: skip
     install_addons(refs)
@@ -612,7 +633,7 @@ def down() -> None:
     """Stop the cluster and the real node; fail, naming them, if any of the node's
     processes survive (they would hold memory and CPU under the next run)."""
     if realnode.owner(CACHE) in (CLUSTER, ""):
-        realnode.teardown(CACHE, KUBERNETES.path("kube-proxy"))
+        realnode.teardown(CACHE, node_binary)
         if left := realnode.leftovers(CACHE):
             lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in sorted(left.items()))
             raise SystemExit(f"the real node left {len(left)} process(es) running:\n{lines}")

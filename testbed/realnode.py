@@ -12,7 +12,11 @@ and removed by `down()`:
   directory and in ``/run/transcription-testbed``;
 - the kubelet (cgroups v1 with the cgroupfs driver, swap tolerated, loose eviction) and
   kube-proxy in iptables mode, both built from the same pinned Kubernetes modules as the
-  control plane.
+  control plane;
+- kube-router's firewall controller alone, which enforces NetworkPolicies with iptables and
+  ipset on the pods' addresses (the bridge CNI enforces none); traffic from the node itself
+  (the kubelet's probes, the tests on this machine) is always let through, as kube-router
+  does on any cluster.
 
 The API server authenticates to the kubelet with the test bed's admin client certificate;
 the kubelet checks it against the test bed's CA and authorizes through the API server.
@@ -47,7 +51,7 @@ RUN = Path("/run/transcription-testbed")
 CNI_BIN = Path("/usr/lib/cni")
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 SOCKET = RUN / "containerd" / "containerd.sock"
-PROCESSES = ("apiserver-proxy", "containerd", "kubelet", "kube-proxy")
+PROCESSES = ("apiserver-proxy", "containerd", "kubelet", "kube-proxy", "kube-router")
 SIMULATED_TAINT = "testbed.transcription.dev/simulated"
 
 
@@ -113,6 +117,10 @@ class Node:
         self._containerd()
         self._start("kubelet", self._kubelet_cmd())
         self._start("kube-proxy", self._kube_proxy_cmd())
+
+    def enforce_network_policies(self) -> None:
+        """Start kube-router's firewall; it needs the Node object, so after registration."""
+        self._start("kube-router", self._kube_router_cmd())
 
     def _network(self) -> None:
         state = self.dir / "host-state.json"
@@ -339,6 +347,24 @@ state = "{state}"
         _write(cfg, json.dumps(self.kube_proxy_config(), indent=2))
         return [str(self.bin("kube-proxy")), f"--config={cfg}", "--v=1"]
 
+    def _kube_router_cmd(self) -> list[str]:
+        """NetworkPolicy only: no pod routing, service proxy, load balancer or CNI of its
+        own, and nothing listening (health and metrics off)."""
+        return [
+            str(self.bin("kube-router")),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--hostname-override={NODE_NAME}",
+            "--run-firewall=true",
+            "--run-router=false",
+            "--run-service-proxy=false",
+            "--run-loadbalancer=false",
+            "--enable-cni=false",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--health-port=0",
+            "--metrics-port=0",
+            "--v=1",
+        ]
+
     def restart(self, name: str) -> None:
         """Stop one of the node's daemons (SIGTERM, as systemd would) and start it again
         with the same command line: a kubelet or containerd restart; pods keep running
@@ -424,16 +450,20 @@ def _stop(d: Path, name: str, grace: float = 10.0) -> None:
     (d / f"{name}.pid").unlink(missing_ok=True)
 
 
-def teardown(cache: Path, kube_proxy: Path) -> None:
+def teardown(cache: Path, binary: Callable[[str], Path]) -> None:
     """Stop the node and put the machine back as it was; the image store stays."""
     d = node_dir(cache)
+    _stop(d, "kube-router")
+    if (kube_router := binary("kube-router")).exists():
+        # Removes its chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) and ipsets.
+        subprocess.run([str(kube_router), "--cleanup-config"], capture_output=True)
     _stop(d, "kubelet")
     _kill_containers()
     _kill_pod_processes()
     _stop(d, "containerd")
     _kill_matching(rf"containerd-shim-runc-v2 .*-address {re.escape(str(SOCKET))}")
     _stop(d, "kube-proxy")
-    if kube_proxy.exists():
+    if (kube_proxy := binary("kube-proxy")).exists():
         # Removes every chain and rule kube-proxy made (KUBE-SERVICES, KUBE-FIREWALL, ...).
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True)
     _stop(d, "apiserver-proxy")
