@@ -159,7 +159,7 @@ def test_the_frontends_internal_ports_admit_only_its_peers_and_keda(
     assert public == {"ports": [{"protocol": "TCP", "port": 8080}]}  # open to every client
     assert internal["from"] == [
         {"podSelector": {"matchLabels": frontend}},
-        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "keda-operator"}}},
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "keda-operator"}}},
     ]  # fmt: skip
     assert internal["ports"] == [
         {"protocol": "TCP", "port": 9091},

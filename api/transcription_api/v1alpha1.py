@@ -641,13 +641,13 @@ class NetworkPolicySpec(_Model):
         default_factory=lambda: [
             {
                 "namespaceSelector": {},
-                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "keda-operator"}},
+                "podSelector": {"matchLabels": {"app": "keda-operator"}},
             }
         ],
         description="NetworkPolicy peers allowed to reach the frontend's internal ports (KEDA's "
         "external scaler, gRPC) besides the frontend's own replicas; default: KEDA's operator "
-        "(pods labelled app.kubernetes.io/name=keda-operator) in any namespace. The "
-        "client-facing port stays open to all.",
+        "(pods labelled app=keda-operator, as both KEDA's release manifests and its Helm chart "
+        "label them) in any namespace. The client-facing port stays open to all.",
     )
 
 
