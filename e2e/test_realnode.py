@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
+from testkit.netpol import ALLOWED, PROBE, REFUSED, matrix, mismatches, run_probe
 from testkit.otlp import Collector, tree
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
@@ -439,3 +442,68 @@ def test_a_trace_follows_a_request_from_the_frontend_into_the_worker(
         assert f"traceparent=00-{trace_id}-{worker.span_id}-01" in logs, logs[-2000:]
     finally:
         collector.stop()
+
+
+def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
+    """kube-router enforces what the operator writes: only the deployment's frontend (and
+    metrics scrapers) reach the workers, only its peers and KEDA reach the frontend's
+    internal ports, clients reach its public port, and DNS and the API server stay
+    reachable. Every source is a real pod on the real node (or this machine itself)."""
+    kubectl, ns = stack.kubectl, stack.namespace
+    worker, frontend = stack.pods("worker")[0], stack.pods("frontend")[0]
+    w, f = worker["status"]["podIP"], frontend["status"]["podIP"]
+    columns = {
+        f"{w}:8000": "worker :8000",
+        f"{f}:8080": "frontend :8080",
+        f"{f}:9090": "frontend :9090 scaler",
+        f"{f}:9091": "frontend :9091 peers",
+        "kubernetes.default.svc.cluster.local:443": "API server",
+        f"dns:{NAME}.{ns}.svc.cluster.local": "DNS",
+    }
+    targets = list(columns)
+    other = f"netpol-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", other)
+    results: dict[str, dict[str, str]] = {}
+    try:
+        out = kubectl("exec", "-n", ns, frontend["metadata"]["name"], "--",
+                      "python", "-c", PROBE, *targets)  # fmt: skip
+        results["frontend pod"] = json.loads(out.strip().splitlines()[-1])
+        sources = {
+            f"pod in {ns}, unlabelled": (ns, {"app": "probe"}),
+            "pod in another namespace": (other, {"app": "probe"}),
+            "prometheus pod, another ns": (other, {"app.kubernetes.io/name": "prometheus"}),
+            "KEDA operator pod, another ns": (other, {"app": "keda-operator"}),
+        }
+        for i, (source, (namespace, labels)) in enumerate(sources.items()):
+            results[source] = run_probe(kubectl, namespace, f"probe-{i}", labels, targets)
+        here: dict[str, str] = {}
+        for target in targets[:4]:
+            host, port = target.rsplit(":", 1)
+            try:
+                socket.create_connection((host, int(port)), timeout=3).close()
+                here[target] = ALLOWED
+            except OSError as e:
+                here[target] = f"refused {type(e).__name__}"
+        results["this machine (the node)"] = here
+    finally:
+        kubectl("delete", "namespace", other, "--wait=false")
+    print(f"\nNetworkPolicy matrix on the real node (kube-router):\n{matrix(results, columns)}")
+    a, r = ALLOWED, REFUSED
+    outside = dict(zip(targets, (r, a, r, r, a, a), strict=True))
+    expected = {
+        "frontend pod": dict.fromkeys(targets, a),
+        f"pod in {ns}, unlabelled": outside,
+        "pod in another namespace": outside,
+        "prometheus pod, another ns": dict(zip(targets, (a, a, r, r, a, a), strict=True)),
+        "KEDA operator pod, another ns": dict(zip(targets, (r, a, a, a, a, a), strict=True)),
+        "this machine (the node)": dict.fromkeys(targets[:4], a),
+    }
+    assert not mismatches(results, expected), mismatches(results, expected)
+
+    # The operator, in the cluster, still reaches the API server: it renews its lease.
+    def renewed() -> str:
+        leases = kubectl.json("get", "leases", "-n", stack.system_namespace)["items"]
+        return str([lease["spec"].get("renewTime") for lease in leases])
+
+    first = renewed()
+    wait_for(lambda: renewed() != first, timeout=60, what="the operator to renew its lease")
