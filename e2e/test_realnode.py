@@ -34,7 +34,7 @@ from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
-from testkit.netpol import ALLOWED, PROBE, REFUSED, matrix, mismatches, run_probe
+from testkit.netpol import ALLOWED, REFUSED, matrix, mismatches, probe, start_probes
 from testkit.otlp import Collector, tree
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
@@ -463,19 +463,28 @@ def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
     targets = list(columns)
     other = f"netpol-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", other)
+    sources = {
+        f"pod in {ns}, unlabelled": (ns, "probe-plain", {"app": "probe"}),
+        "pod in another namespace": (other, "probe-plain", {"app": "probe"}),
+        "prometheus pod, another ns": (other, "probe-prometheus",
+                                       {"app.kubernetes.io/name": "prometheus"}),
+        "KEDA operator pod, another ns": (other, "probe-keda", {"app": "keda-operator"}),
+    }  # fmt: skip
     results: dict[str, dict[str, str]] = {}
     try:
-        out = kubectl("exec", "-n", ns, frontend["metadata"]["name"], "--",
-                      "python", "-c", PROBE, *targets)  # fmt: skip
-        results["frontend pod"] = json.loads(out.strip().splitlines()[-1])
-        sources = {
-            f"pod in {ns}, unlabelled": (ns, {"app": "probe"}),
-            "pod in another namespace": (other, {"app": "probe"}),
-            "prometheus pod, another ns": (other, {"app.kubernetes.io/name": "prometheus"}),
-            "KEDA operator pod, another ns": (other, {"app": "keda-operator"}),
-        }
-        for i, (source, (namespace, labels)) in enumerate(sources.items()):
-            results[source] = run_probe(kubectl, namespace, f"probe-{i}", labels, targets)
+        start_probes(kubectl, {f"{name}": (namespace, labels) for namespace, name, labels
+                               in sources.values() if namespace == ns})  # fmt: skip
+        start_probes(kubectl, {name: (namespace, labels) for namespace, name, labels
+                               in sources.values() if namespace == other})  # fmt: skip
+        # A new pod is admitted once kube-router has seen its address (a sync after the
+        # pod's event): how long that takes, seen from the pod.
+        started = time.monotonic()
+        wait_for(lambda: probe(kubectl, other, "probe-prometheus", targets[:1])[targets[0]]
+                 == ALLOWED, timeout=60, interval=0.5, what="the new prometheus pod admitted")  # fmt: skip
+        print(f"\na new pod was admitted {time.monotonic() - started:.1f} s after it ran")
+        results["frontend pod"] = probe(kubectl, ns, frontend["metadata"]["name"], targets)
+        for source, (namespace, name, _) in sources.items():
+            results[source] = probe(kubectl, namespace, name, targets)
         here: dict[str, str] = {}
         for target in targets[:4]:
             host, port = target.rsplit(":", 1)
@@ -486,6 +495,7 @@ def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
                 here[target] = f"refused {type(e).__name__}"
         results["this machine (the node)"] = here
     finally:
+        kubectl.run("delete", "pod", "probe-plain", "-n", ns, "--wait=false", check=False)
         kubectl("delete", "namespace", other, "--wait=false")
     print(f"\nNetworkPolicy matrix on the real node (kube-router):\n{matrix(results, columns)}")
     a, r = ALLOWED, REFUSED

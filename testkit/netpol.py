@@ -43,19 +43,21 @@ RESTRICTED = {  # PodSecurity `restricted`, which the suites' namespaces enforce
 }
 
 
-def probe_pod(name: str, labels: dict[str, str], targets: Sequence[str]) -> dict[str, Any]:
+def probe_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod that only waits, so that probes run in it once the policy engine knows it."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
             "containers": [
                 {
                     "name": "probe",
                     "image": images.ref(images.BASE),
                     "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", PROBE, *targets],
+                    "command": ["python3", "-c", "import time; time.sleep(900)"],
                     "securityContext": RESTRICTED,
                     "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                 }
@@ -64,20 +66,25 @@ def probe_pod(name: str, labels: dict[str, str], targets: Sequence[str]) -> dict
     }
 
 
-def run_probe(kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str],
-              targets: Sequence[str]) -> dict[str, str]:  # fmt: skip
-    """Run one probe pod to completion; its results, each "allowed" or "refused ..."."""
-    kubectl.apply(probe_pod(name, labels, targets), namespace)
+def start_probes(kubectl: Kubectl, pods: dict[str, tuple[str, dict[str, str]]]) -> None:
+    """Create the probe pods (name -> (namespace, labels)) and wait until each runs."""
+    for name, (namespace, labels) in pods.items():
+        kubectl.apply(probe_pod(name, labels), namespace)
+    for name, (namespace, _) in pods.items():
 
-    def finished() -> dict[str, Any] | None:
-        pod = kubectl.json("get", "pod", name, "-n", namespace)
-        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+        def running(name: str = name, namespace: str = namespace) -> bool:
+            pod = kubectl.json("get", "pod", name, "-n", namespace)
+            return bool(pod["status"].get("phase") == "Running")
 
-    pod = wait_for(finished, timeout=120, what=f"probe pod {namespace}/{name} to finish")
-    logs = kubectl("logs", name, "-n", namespace)
-    assert pod["status"]["phase"] == "Succeeded", logs
-    kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
-    result: dict[str, str] = json.loads(logs.strip().splitlines()[-1])
+        wait_for(running, timeout=120, what=f"probe pod {namespace}/{name} to run")
+
+
+def probe(kubectl: Kubectl, namespace: str, pod: str, targets: Sequence[str],
+          container: str | None = None) -> dict[str, str]:  # fmt: skip
+    """Run PROBE in a pod; each target's outcome, "allowed" or "refused <error>"."""
+    which = ["-c", container] if container else []
+    out = kubectl("exec", "-n", namespace, pod, *which, "--", "python3", "-c", PROBE, *targets)
+    result: dict[str, str] = json.loads(out.strip().splitlines()[-1])
     return result
 
 
