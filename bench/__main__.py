@@ -1,5 +1,5 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|realtime-node|longaudio|longaudio-prompt|
-operator|scale|all] [--quick]"""
+"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|realtime-node|
+longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def main() -> int:
             "realtime",
             "realtime-node",
             "longaudio",
+            "longaudio-node",
             "longaudio-prompt",
             "operator",
             "scale",

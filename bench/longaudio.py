@@ -50,8 +50,9 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 import openai
@@ -85,6 +86,12 @@ CHUNK_METRIC = "transcription_frontend_chunk_duration_seconds"
 CHUNKS_METRIC = "transcription_frontend_chunks_per_request"
 WHERE = "local processes on this machine (not the test bed's real node)"
 NAN = float("nan")
+
+
+class Measured(Protocol):
+    """What a request's CPU is read from: a local process, or a pod's cgroup."""
+
+    def cpu_seconds(self) -> float: ...
 
 
 def sdk(url: str) -> openai.OpenAI:
@@ -158,7 +165,7 @@ def fw_routes(path: Path, ports: tuple[int, ...]) -> Path:
     return path
 
 
-def long_request(url: str, wav: Path, text: str, fe: Proc, workers: list[Proc], *,
+def long_request(url: str, wav: Path, text: str, fe: Measured, workers: Sequence[Measured], *,
                  chunked: bool, stream: bool = False) -> dict[str, Any]:  # fmt: skip
     """One request of the whole file (OpenAI SDK, json; or streamed): its wall time, WER,
     the CPU seconds the workers and the frontend spent on it, and its chunks' latencies."""

@@ -1,0 +1,200 @@
+"""The long-audio benchmark (bench/longaudio.py) on the test bed's real node, as issue 21
+asks: the chart's operator in the cluster, the CPU sample (faster-whisper workers, Whisper
+tiny.en, 1 thread each: `resources.cpu: 900m`, an equal share per replica), one frontend
+pod, every request with the OpenAI SDK through the frontend's Service (cluster IP,
+kube-proxy) from this machine.
+
+Two phases on one resource:
+1. one worker replica, `spec.frontend.chunking.enabled: false`:
+   (a) the whole file, no `chunking_strategy`: decoded whole by the one replica;
+   (c) the same with `chunking_strategy="auto"` (chunked either way): chunking's own cost;
+2. two worker replicas, chunking on (the operator rolls the frontend and adds a worker):
+   (b) `chunking_strategy="auto"` across both; the same streamed (first delta);
+   short requests (a 3-5 s sentence, one started every second) alone, then beside (b).
+Each pod's CPU seconds come from its cgroup (cpuacct) on this machine. The WER reference is
+faster-whisper itself on the whole file, in this process (bench/longaudio.py's `bare`).
+The frontend-memory row stays bench/longaudio.py's (a local process whose RSS it reads).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import testbed.cluster
+from testbed.kube import CRD_FILE, SAMPLES, Kubectl, wait_for
+from testbed.operators import deployed_on_the_real_node
+from testkit.audio import HARD_SENTENCES, SENTENCES
+from testkit.longaudio import long_recording
+
+from .common import RESULTS, say, table, write
+from .longaudio import (
+    FIRST_DELTA_SLACK_S,
+    PAUSES,
+    SHORT_BASELINE,
+    SPEEDUP_TARGET,
+    WER_POINTS,
+    bare,
+    long_request,
+    short_clip,
+    shorts,
+)
+
+NAME = "whisper-cpu"
+RELEASE = "bench-longaudio-operator"
+WORKER_CPU = "900m"  # 1 thread each; two of them fit beside the frontend on 2 cores
+WHERE = "through the Service on the test bed's real node"
+NAN = float("nan")
+
+
+class PodCPU:
+    """A pod's CPU seconds, from its cgroup (cgroups v1, the kubelet's cgroupfs driver)."""
+
+    def __init__(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        qos = pod["status"].get("qosClass", "Burstable").lower()
+        base = Path("/sys/fs/cgroup/cpuacct/kubepods")
+        self.usage = (base if qos == "guaranteed" else base / qos) / f"pod{uid}" / "cpuacct.usage"
+        self.name = pod["metadata"]["name"]
+
+    def cpu_seconds(self) -> float:
+        return int(self.usage.read_text()) / 1e9
+
+
+def resource(replicas: int, chunking: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(json.dumps(SAMPLES["cpu-faster-whisper"]))
+    pool = doc["spec"]["pools"][0]
+    pool["replicas"] = replicas
+    pool["resources"]["cpu"] = WORKER_CPU
+    frontend = doc["spec"].setdefault("frontend", {})
+    frontend["replicas"] = 1  # one /metrics for the chunk histograms
+    frontend["chunking"] = {"enabled": chunking}
+    return doc
+
+
+def pods(kubectl: Kubectl, ns: str, component: str, count: int) -> list[dict[str, Any]]:
+    """The component's `count` ready pods, once exactly that many are ready and none is
+    terminating (a rolled frontend's old pod has gone)."""
+
+    def settled() -> list[dict[str, Any]] | None:
+        items = kubectl.pods(ns, NAME, component)
+        ready = [
+            p
+            for p in items
+            if not p["metadata"].get("deletionTimestamp")
+            and any(c.get("ready") for c in p["status"].get("containerStatuses", []))
+        ]
+        return ready if len(ready) == count == len(items) else None
+
+    found: list[dict[str, Any]] = wait_for(settled, timeout=600, interval=2,
+                                           what=f"{count} ready {component} pod(s)")  # fmt: skip
+    return found
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    seconds = 120.0 if quick else 600.0
+    baseline_count = SHORT_BASELINE // 2 if quick else SHORT_BASELINE
+    directory = RESULTS / "longaudio-node"
+    say(f"making a {seconds:.0f} s espeak-ng recording (easy and hard sentences)")
+    rec = long_recording(directory, seconds, sentences=SENTENCES + HARD_SENTENCES,
+                         pause_range=PAUSES, seed=21, name=f"long-{seconds:g}s")  # fmt: skip
+    short = short_clip(RESULTS / "audio")
+    say("bare engine: faster-whisper in-process on the whole file (the WER reference)")
+    reference = bare(rec.wav, rec.text)
+    say(f"bare engine: {reference['wall_s']:.1f} s, WER {reference['wer_pct']:.2f}%")
+
+    say("bench longaudio-node: the test bed with its real node (building what is missing)")
+    kubeconfig = testbed.cluster.up()
+    kubectl = Kubectl(kubeconfig)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    runs: dict[str, dict[str, Any]] = {}
+    say("phase 1: 1 worker replica, chunking off (the operator in the cluster)")
+    with deployed_on_the_real_node(kubectl, kubeconfig, resource(1, chunking=False), "la",
+                                   RELEASE, timeout=600) as (ns, _, _):  # fmt: skip
+        svc = kubectl.json("get", "service", NAME, "-n", ns)
+        url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
+        workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 1)]
+        say(f"the frontend's Service: {url}; warming up")
+        shorts(url, short, count=2)
+        say("(a) 1 replica, whole file (chunking off, no chunking_strategy)")
+        runs["a"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=False)
+        say(
+            f"(a) {runs['a']['wall_s']:.1f} s, {runs['a']['chunks']} chunks, WER {runs['a']['wer_pct']:.2f}%"
+        )
+        say("(c) 1 replica, chunking_strategy=auto")
+        runs["c"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=True)
+        say(
+            f"(c) {runs['c']['wall_s']:.1f} s, {runs['c']['chunks']} chunks, WER {runs['c']['wer_pct']:.2f}%"
+        )
+
+        say("phase 2: 2 worker replicas, chunking on (the frontend rolls)")
+        kubectl.apply(resource(2, chunking=True), ns)
+        workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 2)]
+        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
+        shorts(url, short, count=2)
+        say("(b) 2 replicas, chunking_strategy=auto")
+        runs["b"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=True)
+        say(
+            f"(b) {runs['b']['wall_s']:.1f} s, {runs['b']['chunks']} chunks, WER {runs['b']['wer_pct']:.2f}%"
+        )
+        say("stream: 2 replicas, chunked, stream=true")
+        runs["stream"] = long_request(url, rec.wav, rec.text, fe, workers,
+                                      chunked=True, stream=True)  # fmt: skip
+        say(f"stream: first delta {runs['stream']['first_delta_s']}")
+        say(f"short requests: {baseline_count}, nothing else running")
+        quiet = shorts(url, short, count=baseline_count)
+        say("short requests beside a long one (b)")
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            running = ex.submit(long_request, url, rec.wav, rec.text, fe, workers, chunked=True)
+            busy = shorts(url, short, until=running)
+            runs["b_with_shorts"] = running.result()
+        say(f"short p50 {quiet['p50_s']:.3f} s alone, {busy['p50_s']:.3f} s beside the long one")
+
+    a, b, c, st = runs["a"], runs["b"], runs["c"], runs["stream"]
+    speedup = a["wall_s"] / b["wall_s"]
+    chunk_time = st["chunk_latency"]["mean"]
+    first = st["first_delta_s"] if st["first_delta_s"] is not None else NAN
+    short_ratio = busy["p50_s"] / quiet["p50_s"]
+    targets = {
+        f"(b) 2 replicas chunked >= {SPEEDUP_TARGET:g}x faster than (a) 1 replica whole": speedup >= SPEEDUP_TARGET,
+        f"(b) chunked WER <= bare engine + {WER_POINTS:g} point": b["wer_pct"] <= reference["wer_pct"] + WER_POINTS,
+        f"first delta < a chunk's mean latency + {FIRST_DELTA_SLACK_S:g} s": first < chunk_time + FIRST_DELTA_SLACK_S,
+    }  # fmt: skip
+    result = {
+        "where": WHERE, "cpus": len(os.sched_getaffinity(0)),
+        "model": f"whisper tiny.en (faster-whisper worker pods, resources.cpu {WORKER_CPU}: 1 thread each)",
+        "recording": {"seconds": rec.seconds, "sentences": len(rec.sentences), "words": len(rec.text.split())},
+        "bare": reference, "runs": runs, "speedup_b_over_a": speedup,
+        "speedup_c_over_a": a["wall_s"] / c["wall_s"], "first_delta_s": first,
+        "chunk_mean_latency_s": chunk_time, "shorts_alone": quiet, "shorts_beside_long": busy,
+        "short_p50_ratio": short_ratio, "targets": targets,
+    }  # fmt: skip
+    table(f"One {rec.seconds:.0f} s request ({len(rec.sentences)} sentences), {WHERE}; tiny.en, 1 thread per worker pod",
+          ["", "wall s", "x (a)", "WER %", "worker CPU s", "per pod", "frontend CPU s", "chunks", "chunk mean s"],
+          [["bare engine, whole file, in-process", reference["wall_s"], a["wall_s"] / reference["wall_s"],
+            reference["wer_pct"], reference["cpu_s"], "-", "-", "-", "-"]]
+          + [[label, r["wall_s"], a["wall_s"] / r["wall_s"], r["wer_pct"], r["worker_cpu_s"],
+              " + ".join(f"{x:.1f}" for x in r["worker_cpu_s_each"]), r["frontend_cpu_s"],
+              r["chunks"], r["chunk_latency"]["mean"]]
+             for label, r in (("(a) 1 pod, whole (chunking off)", a), ("(c) 1 pod, chunked (auto)", c),
+                              ("(b) 2 pods, chunked (auto)", b), ("stream, 2 pods, chunked", st),
+                              ("(b) beside short requests", runs["b_with_shorts"]))])  # fmt: skip
+    table("Streaming (2 pods)", ["", "seconds"],
+          [["first delta (stream=true, chunked)", first],
+           ["chunk latency in that request, mean", chunk_time],
+           ["whole stream", st["wall_s"]]])  # fmt: skip
+    table(f"Short requests ({short[2]:.1f} s sentence, one every second; 2 pods)",
+          ["", "requests", "p50 s", "p99 s", "WER %"],
+          [["alone", quiet["requests"], quiet["p50_s"], quiet["p99_s"], quiet["wer_pct"]],
+           ["beside a long chunked request", busy["requests"], busy["p50_s"], busy["p99_s"], busy["wer_pct"]],
+           ["ratio of p50", "", short_ratio, "", ""]])  # fmt: skip
+    table("targets", ["target", "value", "met"],
+          [[k, v, "met" if ok else "missed"] for (k, ok), v in zip(targets.items(), [
+              f"{speedup:.2f}x", f"{b['wer_pct']:.2f}% vs {reference['wer_pct']:.2f}% + {WER_POINTS:g}",
+              f"{first:.2f} s vs {chunk_time:.2f} s + {FIRST_DELTA_SLACK_S:g}"], strict=True)])  # fmt: skip
+    write("longaudio-node", result)
+    return result
