@@ -637,6 +637,8 @@ def down() -> None:
         if left := realnode.leftovers(CACHE):
             lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in sorted(left.items()))
             raise SystemExit(f"the real node left {len(left)} process(es) running:\n{lines}")
+        if rules := realnode.leftover_rules():
+            raise SystemExit(f"kube-router left iptables chains or ipsets: {', '.join(rules)}")
     if not KWOK.path("kwokctl").exists():
         return
     _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)

@@ -515,13 +515,22 @@ def leftovers(cache: Path) -> dict[int, str]:
     for the node's socket, and the node's own daemons (by their PID files' directory or
     their command lines). Empty after a clean `teardown`."""
     found = pod_processes()
-    marks = (str(SOCKET), str(node_dir(cache)), str(RUN))
+    marks = (str(SOCKET), str(node_dir(cache)), str(RUN), f"--hostname-override={NODE_NAME}")
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             cmd = _cmdline(int(entry.name))
             if any(m in cmd for m in marks) and _alive(int(entry.name)):
                 found[int(entry.name)] = cmd
     return found
+
+
+def leftover_rules() -> list[str]:
+    """kube-router's iptables chains and ipsets still present (none after `teardown`)."""
+    chains = [line.split()[0][1:] for line in sh("iptables-save", check=False).splitlines()
+              if line.startswith(":KUBE-ROUTER-") or line.startswith(":KUBE-POD-FW-")
+              or line.startswith(":KUBE-NWPLCY-")]  # fmt: skip
+    sets = [n for n in sh("ipset", "list", "-n", check=False).split() if n.startswith("KUBE-")]
+    return chains + sets
 
 
 def _cmdline(pid: int) -> str:
