@@ -3,6 +3,8 @@
 The operator serializes one `WorkerSettings` into the `TRANSCRIPTION_WORKER_SETTINGS`
 environment variable of the engine container; the vLLM launcher turns it into `vllm serve`
 arguments and the CPU worker configures itself from it. One model, both ends.
+
+It also names the one header the frontend and the workers share: `PRIORITY_HEADER`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,22 @@ SETTINGS_ENV = "TRANSCRIPTION_WORKER_SETTINGS"
 WORKER_PORT = 8000
 CACHE_DIR = "/var/cache/models"
 WEIGHTS_DIR = "/weights"
+
+# The frontend marks the requests it sends a worker on its own behalf as background work
+# (long audio's chunks: fanout.py) with this header; everything else -- every request a
+# client sent, and realtime turns -- goes without it and is interactive. A faster-whisper
+# worker batches interactive windows first (batcher.py). The frontend never forwards a
+# client's own headers, so a client cannot mark itself (nor anyone else) background.
+PRIORITY_HEADER = "x-transcription-priority"
+BACKGROUND = "background"
+
+
+def is_background(value: str | None) -> bool:
+    """Whether a request's `PRIORITY_HEADER` value marks it background. Anything else --
+    absent, empty, unknown, malformed -- is interactive: a bad value never demotes a
+    request, and is not worth refusing one over (it is a scheduling hint)."""
+    return value is not None and value.strip().lower() == BACKGROUND
+
 
 # Engine flags the operator derives from the spec, and what to set instead. The CRD refuses
 # them in `pools[].engineArgs` (one CEL rule each, same message) and the vLLM launcher

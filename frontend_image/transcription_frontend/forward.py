@@ -16,7 +16,9 @@ is left to try -- a pool scaled to zero, its only worker restarting -- the reque
 pool it prefers had no ready worker counts as that pool's demand while it runs
 (`Router.spill`), so that the preferred pool scales up from zero. Every read from a
 worker has a timeout (`WorkerTimeouts`); a worker that sends nothing for that long gets
-no second try (it may still be working on it) and the client gets 504.
+no second try (it may still be working on it) and the client gets 504. The gateway's own
+background work (long audio's chunks) says so to the worker in `PRIORITY_HEADER`; a
+client's headers are never passed on, so a client's request is always interactive.
 
 The hop to the worker uses aiohttp's client: measured here, it costs 0.5 ms of CPU per
 request against httpx's 1.6 ms, which is most of the gateway's latency budget (the
@@ -37,6 +39,7 @@ import aiohttp
 from transcription_api.errors import APIError, unavailable
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute
+from transcription_api.worker import BACKGROUND, PRIORITY_HEADER
 
 from . import metrics
 from .hold import Holdable, Holds
@@ -229,15 +232,17 @@ class Forwarder:
     @asynccontextmanager
     async def send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
-        request_id: str, stream: bool = False,
+        request_id: str, stream: bool = False, background: bool = False,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
         failure, holding `held` -- the upload, or the request's body -- while there is
         none), for as long as the block runs; `request_for(pool)` is the path and body for
         that pool's engine. Traced as `forward` (until the answer has been sent), with a
-        `worker` span per attempt and a `hold` span while held."""
+        `worker` span per attempt and a `hold` span while held. `background`: the request
+        is the gateway's own background work (a long request's chunk), and says so to the
+        worker (`PRIORITY_HEADER`)."""
         with self.tracer.span("forward", {"transcription.pools": [p.name for p in pools]}) as span:
-            answer = await self._send(pools, request_for, held, request_id, stream)
+            answer = await self._send(pools, request_for, held, request_id, stream, background)
             span.set("transcription.pool", answer.pool.name)
             span.set("transcription.engine", answer.pool.engine.value)
             span.set("transcription.worker", answer.url)
@@ -261,7 +266,7 @@ class Forwarder:
 
     async def _send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
-        request_id: str, stream: bool,
+        request_id: str, stream: bool, background: bool = False,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
         last_error = "no ready worker"
@@ -292,7 +297,7 @@ class Forwarder:
                     "http.request.method": "POST", "url.full": url + path,
                 }, client=True) as span:  # fmt: skip
                     answer = await self._attempt(pool, url, path, body, request_id, stream,
-                                                 pools[0].name)  # fmt: skip
+                                                 pools[0].name, background)  # fmt: skip
                     span.set("http.response.status_code", answer.status if answer else 503)
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
@@ -317,7 +322,7 @@ class Forwarder:
 
     async def _attempt(
         self, pool: PoolRoute, url: str, path: str, body: Body, request_id: str, stream: bool,
-        preferred: str,
+        preferred: str, background: bool = False,
     ) -> WorkerAnswer | None:  # fmt: skip
         """One try: the answer, once what must arrive before the client sees a byte has
         arrived; None for a 503. The endpoint counts the request in flight meanwhile, and
@@ -328,6 +333,8 @@ class Forwarder:
             "content-length": str(len(body)),
             "x-request-id": request_id,
         }
+        if background:
+            headers[PRIORITY_HEADER] = BACKGROUND
         self.tracer.inject(headers)  # the `worker` span's traceparent (on: tracing.py)
         spilled = preferred if pool.name != preferred and not self.router.ready(preferred) else None
         self.router.acquire(url, pool.name)

@@ -55,6 +55,7 @@ from .respond import Reply
 from .routing import NoPool, Router
 from .sniff import check_audio
 from .streams import EventStream
+from .subrequest import background
 
 
 async def transcribe(
@@ -91,10 +92,11 @@ class Exchange:
                 requests[pool.name] = request_for(by_pool[pool.name])
             return requests[pool.name]
 
+        pools = [a.pool for a in adapters]
         async with (
             cancel_on_disconnect(self.receive, self.answered),
             self.gw.forwarder.send(
-                [a.pool for a in adapters], request, held, request_id(self.scope), stream=stream
+                pools, request, held, request_id(self.scope), stream, background(self.scope)
             ) as answer,
         ):
             self.obs.pool = answer.pool.name

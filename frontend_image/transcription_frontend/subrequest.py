@@ -9,6 +9,11 @@ one (`on_event`), else the whole body.
 
 Cancelling the call cancels the request (and with it the worker's): its "client" never
 disconnects on its own.
+
+A subrequest sent with `background` (a long file's chunk; a realtime turn is not: someone
+waits for it) is forwarded with `PRIORITY_HEADER: background`, so that a worker serves
+interactive requests before it. The mark rides in the request's ASGI `state`, which only
+the gateway itself writes: no header a client sends can set it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,19 @@ from transcription_api.capabilities import Capability
 
 from .gateway import Gateway
 
+# The key in a subrequest's ASGI `state` that marks it background work (`background`).
+BACKGROUND_STATE = "transcription.background"
+
 OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
 # The pipeline's entry (pipeline.transcribe), passed in: the pipeline itself sends
 # subrequests (long audio's chunks), so this module cannot import it.
 Pipeline = Callable[[Gateway, Capability, Scope, Receive, Send], Awaitable[None]]
+
+
+def background(scope: Scope) -> bool:
+    """Whether this request is the gateway's own background work (a subrequest sent with
+    `background`); a client's request never is."""
+    return scope.get("state", {}).get(BACKGROUND_STATE) is True
 
 
 @dataclass(frozen=True)
@@ -92,10 +106,11 @@ class _Reader:
 async def post(
     pipeline: Pipeline, gw: Gateway, endpoint: Capability, fields: list[tuple[str, str]],
     file: bytes, filename: str, content_type: str, caller: Caller,
-    on_event: OnEvent | None = None,
+    on_event: OnEvent | None = None, background: bool = False,
 ) -> tuple[int, bytes]:  # fmt: skip
     """Send one request into the pipeline: (status, body). A streamed answer's events go to
-    `on_event` as they are written (its body is then empty)."""
+    `on_event` as they are written (its body is then empty). `background`: the worker is
+    told it is background work."""
     body, ctype = form(fields, file, filename, content_type)
     headers = [
         (b"content-type", ctype.encode()),
@@ -107,7 +122,7 @@ async def post(
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
         "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
         "root_path": "", "headers": headers, "client": caller.client, "server": None,
-        "state": {"request_id": caller.request_id},
+        "state": {"request_id": caller.request_id, BACKGROUND_STATE: background},
     }  # fmt: skip
     sent = False
     never = asyncio.Event()

@@ -7,6 +7,20 @@ A request that arrives while a batch runs joins the next one: continuous batchin
 granularity of a window. In a sequential pool, a batch holds windows of the oldest request
 only (one request at a time; a long one still decodes its windows together).
 
+Interactive requests first. A request the gateway marks background (`PRIORITY_HEADER`:
+long audio's chunks) is batched only when no interactive request has a window ready: while
+one has, the next batch holds interactive windows only, none of the background ones -- not
+even in a batch's free slots, since on a CPU a batch of two windows costs about twice one,
+and a short request's window would pay for the chunk's. (A lane with parallel batches runs
+them on separate GPUs: a free one may take background windows while interactive ones
+decode on another.) A short request that arrives while a chunk's window decodes still
+waits for that batch to end; it no longer shares the next. In a sequential pool, the
+request served next is the oldest interactive one, else the oldest background one.
+Starvation is bounded: a background request that had a window ready while
+`background_wait` (8) batches in a row began without it counts as interactive until one of
+its windows is batched -- under interactive load that never stops, background work still
+gets one batch in nine.
+
 Each request gets its segments in order, as soon as they and everything before them are
 decoded, so a stream sends text while the rest is still being decoded. A request whose
 client went away is dropped before its next window is scheduled. The queue is bounded: a
@@ -29,6 +43,11 @@ from .windows import SAMPLE_RATE, Audio
 log = logging.getLogger(__name__)
 
 
+# Batches in a row a background job with a window ready may be passed over before it is
+# served as interactive (module docstring).
+BACKGROUND_WAIT = 8
+
+
 class QueueFull(RuntimeError):
     pass
 
@@ -48,6 +67,8 @@ class Job:
     handed_out: int = 0  # windows whose segments have all been sent
     segments: int = 0  # segments sent
     info_sent: bool = False
+    background: bool = False  # the gateway's own background work: after interactive jobs
+    passed_over: int = 0  # batches begun in a row without this (background) job's ready windows
 
     @property
     def duration(self) -> float:
@@ -94,11 +115,13 @@ class Lane:
         *,
         max_batch_size: int | None = None,
         sequential: bool = False,
+        background_wait: int = BACKGROUND_WAIT,
     ) -> None:
         self.transcriber = transcriber
         self.max_queue = max_queue
         self.max_batch_size = max_batch_size or transcriber.decoding.max_batch_size
         self.sequential = sequential
+        self.background_wait = background_wait
         self.jobs: list[Job] = []  # admitted, not finished; oldest first
         self.batches = 0  # batches decoded so far
         self.largest_batch = 0  # most windows decoded together so far
@@ -151,27 +174,37 @@ class Lane:
         if self._wake:
             self._wake.set()
 
+    def urgent(self, job: Job) -> bool:
+        """Whether `job` is batched with the interactive ones: it is one, or it is background
+        work that has been passed over `background_wait` batches in a row."""
+        return not job.background or job.passed_over >= self.background_wait
+
     def next_batch(self) -> list[Window]:
         """Up to `max_batch_size` windows that can be decoded together: round-robin over the
-        admitted requests, oldest first; the oldest request's next window sets the key."""
+        admitted interactive requests (oldest first) when any has a window ready, else over
+        the background ones; the first request's next window sets the key."""
         for job in [j for j in self.jobs if j.cancelled.is_set() and not j.in_flight]:
             self._finish(job)
-        queues = [j.ready() for j in self.jobs if j.windows is not None]
-        queues = [q for q in queues if q]
+        ready = [(j, q) for j in self.jobs if j.windows is not None and (q := j.ready())]
+        if self.sequential and any(j.in_flight for j in self.jobs):
+            return []  # one request at a time
+        queues = [(j, q) for j, q in ready if self.urgent(j)] or ready
         if self.sequential:
-            if any(j.in_flight for j in self.jobs):
-                return []  # one request at a time
             queues = queues[:1]
         if not queues:
             return []
-        key = queues[0][0].key
+        key = queues[0][1][0].key
         batch: list[Window] = []
+        taken: set[Job] = set()
         depth = 0
-        while len(batch) < self.max_batch_size and any(len(q) > depth for q in queues):
-            for q in queues:
+        while len(batch) < self.max_batch_size and any(len(q) > depth for _, q in queues):
+            for job, q in queues:
                 if depth < len(q) and q[depth].key == key and len(batch) < self.max_batch_size:
                     batch.append(q[depth])
+                    taken.add(job)
             depth += 1
+        for job, _ in ready:  # the aging bound: count the batches a background job misses
+            job.passed_over = 0 if job in taken else job.passed_over + int(job.background)
         return batch
 
     async def _loop(self) -> None:

@@ -2,7 +2,9 @@
 
 Same endpoints, request fields, error shape and stream chunks as `vllm serve`, so the
 frontend and the operator treat both engines alike -- plus what vLLM lacks: `srt`, `vtt`,
-plain `text`, word timestamps, and 413 for oversize uploads.
+plain `text`, word timestamps, and 413 for oversize uploads. A request marked
+`x-transcription-priority: background` (the gateway's long-audio chunks) is decoded after
+interactive ones (batcher.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from transcription_api.openai import (
 from transcription_api.params import field as form_field
 from transcription_api.params import flag, parse_request
 from transcription_api.render import render
+from transcription_api.worker import PRIORITY_HEADER, is_background
 
 from . import metrics
 from .batcher import Job, Lane, QueueFull
@@ -189,7 +192,10 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                     f"the audio is {seconds:.0f} s long; the limit is {cfg.max_duration_s:.0f} s",
                     "file",
                 )
-            job = Job(audio=audio, options=opts)
+            # The gateway's own background work (long audio's chunks) waits for interactive
+            # requests' windows (batcher.py); an unknown value is interactive.
+            background = is_background(request.headers.get(PRIORITY_HEADER))
+            job = Job(audio=audio, options=opts, background=background)
             try:
                 lane.submit(job)
             except QueueFull as e:

@@ -9,10 +9,12 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
 3. each chunk, as 16 kHz FLAC, is a request of its own into the pipeline (subrequest.py):
    the pool's least-loaded ready worker takes it, a worker that fails before answering is
    replaced by another, a pool at zero is woken and the chunk held; at most `max_parallel`
-   chunks of a request run at once. With `previous_text` (Whisper pools), the chunks form
-   `max_parallel` runs of consecutive chunks: each run goes in order, each chunk prompted
-   with the text of the one before it (after the client's own prompt), as Whisper
-   conditions each window on the text before it inside one file;
+   chunks of a request run at once, each marked background work (`PRIORITY_HEADER`): a
+   faster-whisper worker decodes interactive requests' windows first. With
+   `previous_text` (Whisper pools), the chunks form `max_parallel` runs of consecutive
+   chunks: each run goes in order, each chunk prompted with the text of the one before it
+   (after the client's own prompt), as Whisper conditions each window on the text before
+   it inside one file;
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
    each chunk's text as soon as it and every chunk before it are done.
 A client that disconnects cancels every chunk still running; a chunk that fails fails the
@@ -271,7 +273,7 @@ class _Runner:
                 started = time.monotonic()
                 status, body = await post(
                     self.pipeline, self.gw, self.endpoint, fields, flac, "chunk.flac",
-                    "audio/flac", self.caller,
+                    "audio/flac", self.caller, background=True,
                 )  # fmt: skip
                 metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
                 span.set("http.response.status_code", status)
