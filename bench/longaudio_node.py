@@ -8,7 +8,7 @@ Two phases on one resource:
 1. one worker replica, `spec.frontend.chunking.enabled: false`:
    (a) the whole file, no `chunking_strategy`: decoded whole by the one replica;
    (c) the same with `chunking_strategy="auto"` (chunked either way): chunking's own cost;
-2. two worker replicas, chunking on (the operator rolls the frontend and adds a worker):
+2. chunking on (the operator rolls the frontend), then two worker replicas:
    (b) `chunking_strategy="auto"` across both; the same streamed (first delta);
    short requests (a 3-5 s sentence, one started every second) alone, then beside (b).
 Each pod's CPU seconds come from its cgroup (cpuacct) on this machine. The WER reference is
@@ -54,7 +54,7 @@ class PodCPU:
     """A pod's CPU seconds, from its cgroup (cgroups v1, the kubelet's cgroupfs driver)."""
 
     def __init__(self, pod: dict[str, Any]) -> None:
-        uid = pod["metadata"]["uid"]
+        self.uid = uid = pod["metadata"]["uid"]
         qos = pod["status"].get("qosClass", "Burstable").lower()
         base = Path("/sys/fs/cgroup/cpuacct/kubepods")
         self.usage = (base if qos == "guaranteed" else base / qos) / f"pod{uid}" / "cpuacct.usage"
@@ -131,10 +131,14 @@ def run(quick: bool = False) -> dict[str, Any]:
             f"(c) {runs['c']['wall_s']:.1f} s, {runs['c']['chunks']} chunks, WER {runs['c']['wer_pct']:.2f}%"
         )
 
-        say("phase 2: 2 worker replicas, chunking on (the frontend rolls)")
+        say("phase 2: chunking on (the frontend rolls), then 2 worker replicas")
+        # One change at a time: the frontend's surge pod finds no room beside two workers.
+        kubectl.apply(resource(1, chunking=True), ns)
+        wait_for(lambda: kubectl.pods(ns, NAME, "frontend")[0]["metadata"]["uid"] != fe.uid,
+                 timeout=300, interval=2, what="the frontend to roll")  # fmt: skip
+        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
         kubectl.apply(resource(2, chunking=True), ns)
         workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 2)]
-        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
         shorts(url, short, count=2)
         say("(b) 2 replicas, chunking_strategy=auto")
         runs["b"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=True)
