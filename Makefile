@@ -70,11 +70,12 @@ $(TSTAMP):
 venv-transformers: $(TSTAMP)
 
 # Debian packages: espeak-ng speaks test sentences, sox converts audio, ffmpeg encodes the
-# compressed containers (mp3, m4a, webm, ogg); the test bed's real node needs runc, the CNI
+# compressed containers (mp3, m4a, webm, ogg); git serves the GitOps test's repository (git
+# http-backend, testbed/gitops.py); the test bed's real node needs runc, the CNI
 # plugins, iptables, conntrack, socat and ipset (kube-router's NetworkPolicies), and its
 # images are built with buildah from a debootstrap'ed Debian (gcc/libc6-dev compile the pod sandbox's pause program); vLLM's CPU
 # kernels (make vllm-env) link against libnuma.
-SYSTEM_TOOLS := espeak-ng:espeak-ng sox:sox sox:libsox-fmt-all ffmpeg:ffmpeg \
+SYSTEM_TOOLS := espeak-ng:espeak-ng sox:sox sox:libsox-fmt-all ffmpeg:ffmpeg git:git \
   runc:runc /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
   conntrack:conntrack socat:socat ipset:ipset buildah:buildah debootstrap:debootstrap gcc:gcc \
   /usr/lib/x86_64-linux-gnu/libc.a:libc6-dev /usr/lib/x86_64-linux-gnu/libnuma.so.1:libnuma1

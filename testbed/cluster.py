@@ -26,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from testbed import addons, images, realnode
+from testbed import addons, gitops, images, realnode
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,6 +57,11 @@ class Tool:
     module: str  # the module whose version names the cache entry
     binaries: dict[str, str]  # binary name -> package path
     tags: tuple[str, ...] = field(default=())
+    also: tuple[str, ...] = field(default=())  # other modules the wrapper pins, built too
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.module, *self.also)
 
     @cached_property
     def version(self) -> str:
@@ -66,6 +72,9 @@ class Tool:
         """The cache entry: the pinned version, plus a digest of the build flags so that a
         changed recipe rebuilds."""
         recipe = ldflags(self) + (f"|tags={','.join(self.tags)}" if self.tags else "")
+        recipe += "".join(
+            f"|{m}@{pinned_version(TOOLS / self.name / 'go.mod', m)}" for m in self.also
+        )
         digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
         return CACHE / f"{self.name}-{self.version}-{digest}"
 
@@ -171,8 +180,23 @@ KUBE_ROUTER = Tool(
     "github.com/cloudnativelabs/kube-router/v2",
     {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
 )
+# Flux's source-controller and kustomize-controller, for the GitOps e2e test only (it starts
+# them as host processes: testbed/gitops.py, `flux()` below). v1.9.6: the module proxy
+# lacks modules v1.10.x imports (see the wrapper's go.mod). No build tags cut their cloud
+# SDKs (their sources have none but fuzzing's and integration tests'); the wrapper shares
+# KEDA's dependency versions: 138 s after KEDA's build on 2 busy cores (219 s alone),
+# 99 + 83 MiB.
+FLUX = Tool(
+    "flux",
+    "github.com/fluxcd/source-controller",
+    {
+        "source-controller": "github.com/fluxcd/source-controller",
+        "kustomize-controller": "github.com/fluxcd/kustomize-controller",
+    },
+    also=("github.com/fluxcd/kustomize-controller",),
+)
 CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, KUBE_ROUTER)
-ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL)
+ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL, FLUX)
 
 
 def ldflags(tool: Tool) -> str:
@@ -189,6 +213,7 @@ def ldflags(tool: Tool) -> str:
         # As its release binaries say it: "1.7.12" (its usage header links the docs of v1.7.12).
         "actionlint": [f"-X github.com/rhysd/actionlint.version={v.lstrip('v')}"],
         "prometheus": [f"-X github.com/prometheus/common/version.Version={v.lstrip('v')}"],
+        "flux": [],  # neither controller has a version variable to set
     }[tool.name]
     return " ".join(["-s", "-w", *extra])
 
@@ -586,13 +611,59 @@ def install_addons(refs: dict[str, str]) -> None:
     say(f"add-ons ready in {time.monotonic() - start:.1f}s: CoreDNS, KEDA {KEDA.version}")
 
 
-def _module_dir(tool: Tool) -> Path:
-    """Where the Go module cache holds the source of a tool's module."""
+def _module_dir(tool: Tool, module: str | None = None) -> Path:
+    """Where the Go module cache holds the source of a tool's module (or of another module
+    its wrapper pins)."""
+    module = module or tool.module
+    version = pinned_version(TOOLS / tool.name / "go.mod", module)
     out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{tool.module}@{tool.version}"],
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
         cwd=TOOLS / tool.name, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return Path(json.loads(out)["Dir"])
+
+
+# --------------------------------------------------------------------------- GitOps
+
+
+def flux_crds() -> list[Path]:
+    """Flux's CRDs as its controllers' modules ship them (``config/crd/bases``), from the
+    module cache: source-controller's six kinds (it watches them all) and Kustomization."""
+    return sorted(
+        crd
+        for module in FLUX.modules
+        for crd in (_module_dir(FLUX, module) / "config" / "crd" / "bases").glob("*.yaml")
+    )
+
+
+@contextlib.contextmanager
+def flux() -> Iterator[gitops.Flux]:
+    """Flux's source-controller and kustomize-controller against the running test bed, with
+    their CRDs. On the way out the Flux objects are deleted while the controllers still run
+    (their finalizers go, a Kustomization's pruned objects with it), then the controllers
+    stop and the CRDs go: nothing is left."""
+    build((FLUX,))
+    files = [arg for crd in flux_crds() for arg in ("-f", str(crd))]
+    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=testbed", *files)
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
+    say(f"starting Flux {FLUX.version} (source-controller, kustomize-controller)")
+    running = gitops.start(CACHE, KUBECONFIG, FLUX.path)
+    try:
+        yield running
+    finally:
+        kinds = ",".join(gitops.KINDS)
+        kubectl("delete", kinds, "--all", "--all-namespaces", "--timeout=120s", check=False)
+        gitops.stop(CACHE)
+        # Whatever the controllers could not finalize in time: its finalizers would hold
+        # the CRDs' deletion.
+        left = json.loads(kubectl("get", kinds, "--all-namespaces", "-o", "json", check=False)
+                          or '{"items": []}')["items"]  # fmt: skip
+        for obj in left:
+            meta = obj["metadata"]
+            kubectl("patch", obj["kind"].lower(), meta["name"], "-n", meta["namespace"],
+                    "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+        kubectl("delete", "--ignore-not-found", "--timeout=60s", *files, check=False)
+        say("Flux stopped, its objects and CRDs removed")
 
 
 def wait_node_ready(name: str, timeout: float) -> None:
@@ -632,6 +703,7 @@ def register_nodes() -> None:
 def down() -> None:
     """Stop the cluster and the real node; fail, naming them, if any of the node's
     processes survive (they would hold memory and CPU under the next run)."""
+    gitops.stop(CACHE)  # Flux's controllers, if a test that started them was killed
     if realnode.owner(CACHE) in (CLUSTER, ""):
         realnode.teardown(CACHE, node_binary)
         if left := realnode.leftovers(CACHE):

@@ -210,10 +210,11 @@ def test_renovate_updates_the_tool_each_go_wrapper_pins() -> None:
     Renovate skips unless a rule enables it: every tool of the test bed has one."""
     rules = renovate()["packageRules"]
     enabled = next(r for r in rules if r.get("matchDepTypes") == ["indirect"] and r.get("enabled"))
-    modules = {t.module for t in cluster.ALL_TOOLS}
+    modules = {m for t in cluster.ALL_TOOLS for m in t.modules}
     assert set(enabled["matchPackageNames"]) == modules
-    for tool in cluster.ALL_TOOLS:  # the module each wrapper pins is the one named
-        cluster.pinned_version(cluster.TOOLS / tool.name / "go.mod", tool.module)
+    for tool in cluster.ALL_TOOLS:  # the modules each wrapper pins are the ones named
+        for module in tool.modules:
+            cluster.pinned_version(cluster.TOOLS / tool.name / "go.mod", module)
 
 
 def test_renovate_moves_the_vllm_pins_together() -> None:
