@@ -225,8 +225,9 @@ def test_flux_reads_the_resources_health_through_kstatus(
         assert waiting[-1].ready["reason"] == "Progressing"
         # ... and Ready only after the resource: never Ready=True with the resource not, and
         # the resource's Ready turned True no later than the Kustomization's (API server
-        # timestamps, to the second). kstatus takes a resource without status for Current:
-        # an operator slower to write its first status than Flux's first poll would fail here.
+        # timestamps, to the second). kstatus takes a resource without status for Current
+        # (Flux passed one 36 ms after applying it): the CRD's default status
+        # (observedGeneration 0) keeps it InProgress until the operator's first status.
         early = [s for s in seen if s.ready.get("status") == "True" and not s.td_ready]
         assert not early, f"Flux reported Ready before the resource was: {early[0]}"
         td_ready_at = parse_time(condition(final.td, "Ready")["lastTransitionTime"])

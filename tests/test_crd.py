@@ -63,6 +63,15 @@ def test_crd_has_names_printer_columns_and_status_subresource() -> None:
     ]  # fmt: skip
 
 
+def test_a_new_resource_reads_in_progress_until_the_operator_writes_status() -> None:
+    """kstatus takes a resource without status for Current; with observedGeneration 0 it
+    reads InProgress (the generation starts at 1) until the operator's first status."""
+    doc = yaml.safe_load(crd.CRD_PATH.read_text())
+    status = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status["default"] == {"observedGeneration": 0}
+    assert status["properties"]["observedGeneration"]["type"] == "integer"
+
+
 def test_defaults_enums_and_bounds_reach_the_schema() -> None:
     spec = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     props = spec["properties"]
