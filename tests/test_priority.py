@@ -123,6 +123,30 @@ def test_background_work_waits_at_most_background_wait_batches(
     assert batches[0] == [a.windows[0], b.windows[0]]
 
 
+def test_background_batches_are_one_window_while_interactive_requests_are_about(
+    transcriber: Transcriber,
+) -> None:
+    """A CPU worker's lane (background_batch_size 1): with no interactive request about,
+    background windows fill the batch (a long file alone loses nothing); once one has been
+    admitted, and for `interactive_recent_s` after, a background batch is one window, the
+    most a short request arriving during it waits for."""
+    chunk, other = job(75, background=True), job(75, background=True)
+    lane = Lane(transcriber, max_queue=8, max_batch_size=4, background_batch_size=1,
+                interactive_recent_s=1.0)  # fmt: skip
+    [full] = next_batches(lane, [chunk, other])
+    assert chunk.windows and other.windows
+    assert full == [chunk.windows[0], other.windows[0], chunk.windows[1], other.windows[1]]
+    short = job(4)
+    [batch] = next_batches(lane, [short])
+    assert short.windows and batch == short.windows
+    short.windows[0].done = True
+    assert lane.next_batch() == [chunk.windows[0]]  # the short one's request still admitted
+    lane.jobs.remove(short)  # (answered)
+    assert lane.next_batch() == [chunk.windows[0]]  # one came just now: more may come
+    time.sleep(1.1)
+    assert len(lane.next_batch()) == 4
+
+
 def test_a_sequential_lane_serves_the_oldest_interactive_request_first(
     transcriber: Transcriber,
 ) -> None:

@@ -21,6 +21,15 @@ Starvation is bounded: a background request that had a window ready while
 its windows is batched -- under interactive load that never stops, background work still
 gets one batch in nine.
 
+A short request that arrives while a batch of background windows decodes waits for it to
+end (a batch is not interrupted), and a batch of N windows takes about N times one on a
+CPU. So while interactive requests are about -- one admitted, or one in the last
+`interactive_recent_s` (5) seconds -- a batch of background windows holds at most
+`background_batch_size` of them: 1 on a CPU worker (main.py), which bounds that wait to one
+window; with no interactive request about, background batches are full again, so a long
+file alone loses nothing. On GPUs, where a batch costs little more than one window, the
+limit is the batch size.
+
 Each request gets its segments in order, as soon as they and everything before them are
 decoded, so a stream sends text while the rest is still being decoded. A request whose
 client went away is dropped before its next window is scheduled. The queue is bounded: a
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +56,9 @@ log = logging.getLogger(__name__)
 # Batches in a row a background job with a window ready may be passed over before it is
 # served as interactive (module docstring).
 BACKGROUND_WAIT = 8
+# How long after an interactive request was admitted the lane still expects more (and keeps
+# background batches to `background_batch_size`).
+INTERACTIVE_RECENT_S = 5.0
 
 
 class QueueFull(RuntimeError):
@@ -116,12 +129,19 @@ class Lane:
         max_batch_size: int | None = None,
         sequential: bool = False,
         background_wait: int = BACKGROUND_WAIT,
+        background_batch_size: int | None = None,
+        interactive_recent_s: float = INTERACTIVE_RECENT_S,
     ) -> None:
         self.transcriber = transcriber
         self.max_queue = max_queue
         self.max_batch_size = max_batch_size or transcriber.decoding.max_batch_size
         self.sequential = sequential
         self.background_wait = background_wait
+        # While interactive requests are about, at most this many background windows in a
+        # batch: the batch an interactive request arrives during is one it waits for.
+        self.background_batch_size = background_batch_size or self.max_batch_size
+        self.interactive_recent_s = interactive_recent_s
+        self.last_interactive = -math.inf  # when an interactive request was last admitted
         self.jobs: list[Job] = []  # admitted, not finished; oldest first
         self.batches = 0  # batches decoded so far
         self.largest_batch = 0  # most windows decoded together so far
@@ -157,6 +177,8 @@ class Lane:
         if len(self.jobs) >= self.capacity:
             raise QueueFull(f"{self.running} running and {self.waiting} waiting")
         self.jobs.append(job)
+        if not job.background:
+            self.last_interactive = time.monotonic()
         asyncio.get_running_loop().create_task(self._cut(job))
 
     async def _cut(self, job: Job) -> None:
@@ -179,6 +201,12 @@ class Lane:
         work that has been passed over `background_wait` batches in a row."""
         return not job.background or job.passed_over >= self.background_wait
 
+    def interactive_about(self) -> bool:
+        """Whether an interactive request is admitted, or was in the last
+        `interactive_recent_s` seconds (the next may come soon)."""
+        recent = time.monotonic() - self.last_interactive < self.interactive_recent_s
+        return recent or any(not j.background for j in self.jobs)
+
     def next_batch(self) -> list[Window]:
         """Up to `max_batch_size` windows that can be decoded together: round-robin over the
         admitted interactive requests (oldest first) when any has a window ready, else over
@@ -194,12 +222,15 @@ class Lane:
         if not queues:
             return []
         key = queues[0][1][0].key
+        size = self.max_batch_size
+        if not any(self.urgent(j) for j, _ in queues) and self.interactive_about():
+            size = self.background_batch_size
         batch: list[Window] = []
         taken: set[Job] = set()
         depth = 0
-        while len(batch) < self.max_batch_size and any(len(q) > depth for _, q in queues):
+        while len(batch) < size and any(len(q) > depth for _, q in queues):
             for job, q in queues:
-                if depth < len(q) and q[depth].key == key and len(batch) < self.max_batch_size:
+                if depth < len(q) and q[depth].key == key and len(batch) < size:
                     batch.append(q[depth])
                     taken.add(job)
             depth += 1

@@ -67,7 +67,10 @@ def load(s: WorkerSettings, model: str) -> Lane:
         gpus=s.gpus,
         compute_type=s.compute_type,
     )
-    return Lane(transcriber, max_queue=s.max_queue, sequential=s.mode == Mode.SEQUENTIAL)
+    # On a CPU a batch of N windows costs about N times one, and an interactive request that
+    # arrives while background windows decode waits for their batch: one at a time then.
+    return Lane(transcriber, max_queue=s.max_queue, sequential=s.mode == Mode.SEQUENTIAL,
+                background_batch_size=None if s.gpus else 1)  # fmt: skip
 
 
 def unusable_app(message: str) -> FastAPI:
