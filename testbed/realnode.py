@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -454,9 +455,7 @@ def teardown(cache: Path, binary: Callable[[str], Path]) -> None:
     """Stop the node and put the machine back as it was; the image store stays."""
     d = node_dir(cache)
     _stop(d, "kube-router")
-    if (kube_router := binary("kube-router")).exists():
-        # Removes its chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) and ipsets.
-        subprocess.run([str(kube_router), "--cleanup-config"], capture_output=True)
+    _remove_kube_router_rules()
     _stop(d, "kubelet")
     _kill_containers()
     _kill_pod_processes()
@@ -524,13 +523,38 @@ def leftovers(cache: Path) -> dict[int, str]:
     return found
 
 
+# kube-router's NetworkPolicy chains (filter table) and its ipsets' prefix.
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
+
+
+def _kube_router_chains() -> list[str]:
+    rules = sh("iptables", "-t", "filter", "-S", check=False).splitlines()
+    return [r.split()[1] for r in rules if r.startswith("-N ") and r.split()[1].startswith(KUBE_ROUTER_CHAINS)]  # fmt: skip
+
+
+def _kube_router_sets() -> list[str]:
+    return [n for n in sh("ipset", "list", "-n", check=False).split() if n.startswith("KUBE-")]
+
+
+def _remove_kube_router_rules() -> None:
+    """What `kube-router --cleanup-config` should do (v2.1.0's panics in its service-proxy
+    cleanup before it reaches the firewall's): the jumps into its chains, the chains, then
+    its ipsets, which the chains' rules reference."""
+    ours = set(_kube_router_chains())
+    for rule in sh("iptables", "-t", "filter", "-S", check=False).splitlines():
+        words = shlex.split(rule)
+        if words[:1] == ["-A"] and words[1] not in ours and ours & set(words):
+            sh("iptables", "-t", "filter", "-D", *words[1:], check=False)
+    for op in ("-F", "-X"):  # flush all first: the chains jump to one another
+        for chain in sorted(ours):
+            sh("iptables", "-t", "filter", op, chain, check=False)
+    for name in _kube_router_sets():
+        sh("ipset", "destroy", name, check=False)
+
+
 def leftover_rules() -> list[str]:
     """kube-router's iptables chains and ipsets still present (none after `teardown`)."""
-    chains = [line.split()[0][1:] for line in sh("iptables-save", check=False).splitlines()
-              if line.startswith(":KUBE-ROUTER-") or line.startswith(":KUBE-POD-FW-")
-              or line.startswith(":KUBE-NWPLCY-")]  # fmt: skip
-    sets = [n for n in sh("ipset", "list", "-n", check=False).split() if n.startswith("KUBE-")]
-    return chains + sets
+    return _kube_router_chains() + _kube_router_sets()
 
 
 def _cmdline(pid: int) -> str:
