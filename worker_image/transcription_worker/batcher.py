@@ -28,7 +28,11 @@ CPU. So while interactive requests are about -- one admitted, or one in the last
 `background_batch_size` of them: 1 on a CPU worker (main.py), which bounds that wait to one
 window; with no interactive request about, background batches are full again, so a long
 file alone loses nothing. On GPUs, where a batch costs little more than one window, the
-limit is the batch size.
+limit is the batch size. And a batch is one round of the temperature fallback
+(`engine.py`): a window whose text looks wrong comes back ready at the next temperature and
+is scheduled again like any ready window, so an interactive window goes between two rounds
+of a background one instead of waiting for all of them (seconds each: a repetition loop at
+beam 5, then 5 samples a temperature).
 
 Each request gets its segments in order, as soon as they and everything before them are
 decoded, so a stream sends text while the rest is still being decoded. A request whose
@@ -292,6 +296,6 @@ class Lane:
         if error is not None:
             job.events.put_nowait(("error", error))
         for w in job.windows or []:
-            w.features = None
+            w.features = w.encoded = None
         if job in self.jobs:
             self.jobs.remove(job)

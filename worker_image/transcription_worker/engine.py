@@ -7,7 +7,9 @@ What happens to each window is faster-whisper's own sequential algorithm, applie
 batch: temperature fallback (OpenAI's meaning of `temperature=0`), the no-speech skip,
 splitting at timestamp tokens, continuing a window whose last segment was cut off, and word
 timestamps from cross-attention alignment -- so a request decodes to the same text it would
-alone.
+alone. Each temperature of the fallback is a step of its own: a window whose text looks
+wrong goes back to the batcher with its attempts so far and the next temperature, so the
+batcher can decode an interactive request's window between two rounds of a long one.
 """
 
 from __future__ import annotations
@@ -97,6 +99,10 @@ class Segment:
     logprobs: list[tuple[str, float]] = field(default_factory=list)  # (token text, log p)
 
 
+# One decoding of a window at one temperature: CTranslate2's result, its average log
+# probability, the temperature, its compression ratio.
+Attempt = tuple[Any, float, float, float]
+
 # One window's decoded step: faster-whisper's segment dicts, the next seek, and whether the
 # last segment ends on a single timestamp; None for silence.
 Split = tuple[list[dict[str, Any]], int, bool] | None
@@ -108,7 +114,10 @@ class Window:
 
     A window is decoded in *steps*: each step decodes the 30 s that start at `seek`; when
     the model's last segment in it is unfinished, `seek` moves to the last timestamp and the
-    window goes back to the batcher for another step (faster-whisper's seek loop).
+    window goes back to the batcher for another step (faster-whisper's seek loop). A step
+    whose text looks wrong (temperature fallback) is tried again at the next temperature in
+    a step of its own: `fallback` is that temperature's index, `attempts` the tries so far at
+    this `seek`, and on the CPU `encoded` keeps the encoder output for the next round.
     """
 
     audio: Audio  # the request's whole audio; the window reads `ranges` of it
@@ -123,6 +132,9 @@ class Window:
     done: bool = False
     busy: bool = False  # in a batch being decoded (set and cleared by the batcher)
     features: np.ndarray[Any, np.dtype[np.float32]] | None = None  # while being decoded
+    fallback: int = 0  # index in `options.temperatures` of the next step's temperature
+    attempts: list[Attempt] = field(default_factory=list)  # earlier temperatures, this seek
+    encoded: np.ndarray[Any, np.dtype[np.float32]] | None = None  # (CPU) between rounds
 
     @property
     def previous_tokens(self) -> list[int]:
@@ -131,10 +143,15 @@ class Window:
         return self.prompt[-(MAX_LENGTH // 2 - 1) :] if self.seek == 0 else []
 
     @property
+    def temperature(self) -> float:
+        """The temperature of the window's next step."""
+        return self.options.temperatures[self.fallback]
+
+    @property
     def key(self) -> tuple[float, int]:
         """Windows with one key can share a decoder call: one temperature, and the start
         token at one position (CTranslate2's rule), i.e. prompts of one length."""
-        return (self.options.temperatures[0], len(self.previous_tokens))
+        return (self.temperature, len(self.previous_tokens))
 
 
 class Transcriber:
@@ -211,10 +228,13 @@ class Transcriber:
     # ------------------------------------------------------------------ one batch step
 
     def step(self, batch: list[Window]) -> None:
-        """Decode the next 30 s of every window in `batch` (all with the same `key`).
+        """Decode the next 30 s of every window in `batch` (all with the same `key`) at the
+        windows' temperature: one round of the temperature fallback.
 
-        Appends each window's finished segments to `window.segments`, then either marks it
-        done or moves its `seek` on for another step.
+        A window whose text is acceptable, or whose last temperature is spent, appends its
+        finished segments to `window.segments`, then is marked done or moves its `seek` on
+        for another step. A window whose text looks wrong keeps the attempt and moves on to
+        the next temperature, for another step at the same `seek`.
         """
         from faster_whisper.audio import pad_or_trim
 
@@ -229,7 +249,7 @@ class Transcriber:
                 for w, n in zip(batch, sizes, strict=True)
             ]
         )
-        encoded, rows = self._encode(features)
+        encoded, rows = self._encode(features, [w.encoded for w in batch])
         undetected = [i for i, w in enumerate(batch) if w.language is None]
         if undetected:
             detected = m.model.detect_language(encoded)
@@ -239,7 +259,23 @@ class Transcriber:
         prompts = [
             m.get_prompt(tok, w.previous_tokens) for w, tok in zip(batch, tokenizers, strict=True)
         ]
-        results = self._generate(encoded, rows, features, prompts, tokenizers, batch[0].options)
+        chosen = self._generate(encoded, prompts, tokenizers, batch)
+        for i, (w, attempt) in enumerate(zip(batch, chosen, strict=True)):
+            if attempt is None:  # another round, at the next temperature
+                w.fallback += 1
+                w.encoded = None if rows is None else rows[i].copy()
+            else:
+                w.fallback, w.attempts, w.encoded = 0, [], None
+        finished = [i for i, a in enumerate(chosen) if a is not None]
+        if not finished:
+            return
+        if len(finished) < len(batch):
+            batch = [batch[i] for i in finished]
+            tokenizers = [tokenizers[i] for i in finished]
+            sizes = [sizes[i] for i in finished]
+            if any(w.options.words or w.options.logprobs for w in batch):
+                encoded = _rows(encoded, finished)
+        results = [a for a in chosen if a is not None]
 
         splits: list[Split] = []
         for w, tok, n, (result, avg_logprob, _, _) in zip(
@@ -287,90 +323,72 @@ class Transcriber:
                 w.done = True
                 w.features = None
 
-    def _encode(self, features: np.ndarray[Any, np.dtype[np.float32]]) -> tuple[Any, Any]:
+    def _encode(
+        self,
+        features: np.ndarray[Any, np.dtype[np.float32]],
+        kept: list[np.ndarray[Any, np.dtype[np.float32]] | None],
+    ) -> tuple[Any, Any]:
         """The encoder output of a batch (and, on the CPU, the same as an array).
 
-        On a GPU the whole batch goes through the encoder at once. On the CPU each window goes
-        alone and the outputs are stacked: a batch of 30 s windows gains nothing there (the
-        encoder is compute-bound) and costs cache, while the decoder does gain from batching.
+        On a GPU the whole batch goes through the encoder at once (a window's later fallback
+        rounds included: encoding again is cheaper than a round trip to the host). On the CPU
+        each window goes alone and the outputs are stacked: a batch of 30 s windows gains
+        nothing there (the encoder is compute-bound) and costs cache, while the decoder does
+        gain from batching; a window in a later fallback round reuses its `kept` output.
         """
         import ctranslate2
 
         if self.device != "cpu":
             return self.model.encode(features), None
-        rows = np.concatenate([np.asarray(self.model.encode(f[None])) for f in features])
-        return ctranslate2.StorageView.from_array(rows), rows
+        rows = np.concatenate(
+            [
+                np.asarray(self.model.encode(f[None])) if k is None else k[None]
+                for f, k in zip(features, kept, strict=True)
+            ]
+        )
+        return ctranslate2.StorageView.from_array(np.ascontiguousarray(rows)), rows
 
     def _generate(
-        self,
-        encoded: Any,
-        rows: Any,
-        features: np.ndarray[Any, np.dtype[np.float32]],
-        prompts: list[list[int]],
-        tokenizers: list[Any],
-        options: Options,
-    ) -> list[tuple[Any, float, float, float]]:
-        """faster-whisper's `generate_with_fallback`, for a batch: windows whose text looks
-        wrong (too repetitive, or too improbable) are decoded again, together, at the next
-        temperature; after the last, each keeps its most probable attempt."""
-        import ctranslate2
-
+        self, encoded: Any, prompts: list[list[int]], tokenizers: list[Any], batch: list[Window]
+    ) -> list[Attempt | None]:
+        """One round of faster-whisper's `generate_with_fallback`, for a batch at one
+        temperature: each window's attempt is kept in `window.attempts`; a window whose
+        text looks wrong (too repetitive, or too improbable) gets None, to be decoded again
+        at the next temperature, unless that was its last: then it keeps its most probable
+        readable attempt (`choose`)."""
         m = self.model
-        n = len(prompts)
-        chosen: list[tuple[Any, float, float, float] | None] = [None] * n
-        attempts: list[list[tuple[Any, float, float, float]]] = [[] for _ in range(n)]
-        todo = list(range(n))
-        temperatures = options.temperatures
-        for step, temperature in enumerate(temperatures):
-            if step and rows is not None:  # reuse the encoder output of the windows left
-                kept = np.ascontiguousarray(rows[todo])
-                sub = ctranslate2.StorageView.from_array(kept)
-            elif step:  # on a GPU, encoding again is cheaper than a round trip to the host
-                sub = m.encode(features[todo])
-            else:
-                sub = encoded
-            if temperature > 0:
-                sampling = {
-                    "beam_size": 1,
-                    "num_hypotheses": BEST_OF,
-                    "sampling_topk": 0,
-                    "sampling_temperature": temperature,
-                }
-            else:
-                sampling = {"beam_size": self.decoding.beam_size, "patience": 1}
-            outputs = m.model.generate(
-                sub,
-                [prompts[i] for i in todo],
-                length_penalty=1,
-                repetition_penalty=1,
-                no_repeat_ngram_size=0,
-                max_length=m.max_length,
-                return_scores=True,
-                return_no_speech_prob=True,
-                suppress_blank=True,
-                suppress_tokens=self._suppressed(),
-                max_initial_timestamp_index=round(MAX_INITIAL_TIMESTAMP / m.time_precision),
-                **sampling,
-            )
-            left = []
-            for i, out in zip(todo, outputs, strict=True):
-                tokens = out.sequences_ids[0]
-                avg_logprob = out.scores[0] * len(tokens) / (len(tokens) + 1)
-                ratio = _compression_ratio(tokenizers[i].decode(tokens).strip())
-                attempt = (out, avg_logprob, temperature, ratio)
-                attempts[i].append(attempt)
-                if _acceptable(out, avg_logprob, ratio):
-                    chosen[i] = attempt
-                else:
-                    left.append(i)
-            todo = left
-            if not todo:
-                break
-        for i in todo:  # every temperature failed: the most probable readable attempt
-            readable = [a for a in attempts[i] if a[3] <= COMPRESSION_RATIO_THRESHOLD]
-            best = max(readable or attempts[i], key=lambda a: a[1])
-            chosen[i] = (best[0], best[1], temperatures[-1], best[3])
-        return [c for c in chosen if c is not None]
+        temperature = batch[0].temperature
+        if temperature > 0:
+            sampling = {
+                "beam_size": 1,
+                "num_hypotheses": BEST_OF,
+                "sampling_topk": 0,
+                "sampling_temperature": temperature,
+            }
+        else:
+            sampling = {"beam_size": self.decoding.beam_size, "patience": 1}
+        outputs = m.model.generate(
+            encoded,
+            prompts,
+            length_penalty=1,
+            repetition_penalty=1,
+            no_repeat_ngram_size=0,
+            max_length=m.max_length,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self._suppressed(),
+            max_initial_timestamp_index=round(MAX_INITIAL_TIMESTAMP / m.time_precision),
+            **sampling,
+        )
+        chosen: list[Attempt | None] = []
+        for w, tok, out in zip(batch, tokenizers, outputs, strict=True):
+            tokens = out.sequences_ids[0]
+            avg_logprob = out.scores[0] * len(tokens) / (len(tokens) + 1)
+            ratio = _compression_ratio(tok.decode(tokens).strip())
+            w.attempts.append((out, avg_logprob, temperature, ratio))
+            chosen.append(choose(w.attempts, w.options.temperatures))
+        return chosen
 
     def _add_words(
         self,
@@ -503,6 +521,21 @@ def _compression_ratio(text: str) -> float:
     from faster_whisper.transcribe import get_compression_ratio
 
     return float(get_compression_ratio(text))
+
+
+def choose(attempts: list[Attempt], temperatures: tuple[float, ...]) -> Attempt | None:
+    """The attempt a window keeps after these rounds (one per temperature, in order): the
+    last, if its text is acceptable; after the last temperature, the most probable readable
+    attempt (reported at the last temperature, as faster-whisper does); else None, for
+    another round."""
+    last = attempts[-1]
+    if _acceptable(last[0], last[1], last[3]):
+        return last
+    if len(attempts) < len(temperatures):
+        return None
+    readable = [a for a in attempts if a[3] <= COMPRESSION_RATIO_THRESHOLD]
+    best = max(readable or attempts, key=lambda a: a[1])
+    return (best[0], best[1], temperatures[-1], best[3])
 
 
 def _acceptable(out: Any, avg_logprob: float, ratio: float) -> bool:
