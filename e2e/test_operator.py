@@ -309,7 +309,8 @@ def test_namespaced_operator_ignores_other_namespaces(
         kubectl.apply(SAMPLES["vllm-gpu"], namespace)
         time.sleep(5)
         assert not children(kubectl, namespace, "whisper")
-        assert not td_get(kubectl, namespace, "whisper").get("status")
+        # Untouched: only the CRD's default status (observedGeneration 0, no conditions).
+        assert td_get(kubectl, namespace, "whisper").get("status") == {"observedGeneration": 0}
     finally:
         scoped.stop()
         operator.start()
