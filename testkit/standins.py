@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -477,3 +480,39 @@ def serve(app: Any, port: int | None = None) -> Iterator[Running]:
         yield running
     finally:
         running.stop()
+
+
+# A vLLM stand-in in a process of its own, so that a test can SIGKILL it mid-request.
+_PROCESS = """
+import sys, uvicorn
+from testkit.standins import Behaviour, vllm_app
+uvicorn.run(vllm_app(sys.argv[2].split(","), Behaviour(delay=float(sys.argv[3]))),
+            host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+@contextmanager
+def vllm_process(served: list[str], delay: float) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The vLLM stand-in as a separate process (its URL, the process); killed on exit."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROCESS, str(port), ",".join(served), str(delay)]
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the stand-in process did not start (exit {proc.poll()})"
+                    ) from None
+                time.sleep(0.05)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -19,7 +21,8 @@ import pytest
 from testkit.audio import SENTENCES, convert, wer
 from testkit.frontend import PRIMARY, Frontend, chat_pool, pool
 from testkit.longaudio import Recording, damaged, long_recording
-from testkit.standins import Behaviour, Running, Seen, serve, vllm_app
+from testkit.standins import VLLM, Behaviour, Running, Seen, serve, vllm_app, vllm_process
+from testkit.standins import recording as recorded
 from transcription_api.capabilities import Capability, Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.longaudio.fanout import (
@@ -213,6 +216,38 @@ def test_a_failing_endpoint_is_retried_and_a_chunk_that_fails_for_good_is_named(
     assert re.match(
         r"chunk \d+ of \d+ \([\d.]+-[\d.]+ s\) failed: ", r.json()["error"]["message"]
     ), r.text
+
+
+def test_a_worker_killed_mid_fan_out_has_its_chunks_retried_and_the_answer_whole(
+    recording: Recording,
+) -> None:
+    """One of the pool's two workers is SIGKILLed while it holds chunks: each of its chunks
+    fails before an answer, is retried on the other, and the answer has every chunk."""
+    b = Behaviour(delay=0.5)
+    with vllm_process([PRIMARY, "whisper-1"], delay=1.0) as (doomed, proc), \
+            serve(vllm_app([PRIMARY, "whisper-1"], b)) as wb:  # fmt: skip
+        fe = Frontend(RouteTable(model=PRIMARY, aliases=["whisper-1"],
+                                 pools=[pool("batch", [doomed, wb.url])]),
+                      chunking=Chunking(max_parallel=4))  # fmt: skip
+        try:
+            retries = fe.metric("transcription_frontend_retries_total", pool="batch")
+            before = fe.metric("transcription_frontend_chunks_per_request_sum")  # in-process
+            body = {"model": "whisper-1", "chunking_strategy": "auto"}
+            with ThreadPoolExecutor(1) as ex:
+                answer = ex.submit(fe.post, body, recording.wav.read_bytes(), timeout=120)
+                deadline = time.monotonic() + 30
+                while not b.seen and time.monotonic() < deadline:  # chunks are out on both
+                    time.sleep(0.02)
+                assert b.seen, "no chunk reached the surviving worker"
+                proc.send_signal(signal.SIGKILL)
+                r = answer.result()
+            assert r.status_code == 200, r.text
+            assert fe.metric("transcription_frontend_retries_total", pool="batch") > retries
+            chunks = fe.metric("transcription_frontend_chunks_per_request_sum") - before
+            one = json.loads(recorded(VLLM, "json")[2])["text"].split()
+            assert len(r.json()["text"].split()) == chunks * len(one), (chunks, r.json())
+        finally:
+            fe.running.stop()
 
 
 def test_a_client_that_disconnects_cancels_every_chunk(
