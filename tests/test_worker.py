@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,13 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
+from testbed.kube import wait_for
 from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
 from testkit.standins import Running, start
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
-from transcription_worker.engine import FALLBACK_TEMPERATURES, Transcriber
+from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app, options
 
@@ -311,22 +313,34 @@ def batching(transcriber: Transcriber) -> Iterator[tuple[Running, Lane]]:
 
 
 def test_concurrent_requests_are_decoded_in_one_batch_with_the_text_of_sequential_decoding(
-    batching: tuple[Running, Lane], clips: dict[str, Path]
+    batching: tuple[Running, Lane], clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Requests that arrive while a batch runs are decoded together in the next, and each
     gets the text faster-whisper itself gives it alone (same beam, same fallback)."""
     worker, lane = batching
-    before = lane.batches
+    step, running, release = lane.transcriber.step, threading.Event(), threading.Event()
+    batches: list[set[int]] = []  # the windows (ids) of each batch decoded
+
+    def gated_step(batch: list[Any]) -> None:
+        """The first batch (the tone's) waits until every sentence is queued behind it."""
+        running.set()
+        assert release.wait(60), "the test never released the first batch"
+        batches.append({id(w) for w in batch})
+        step(batch)
+
+    monkeypatch.setattr(lane.transcriber, "step", gated_step)
     with concurrent.futures.ThreadPoolExecutor(5) as ex:
         busy = ex.submit(post, worker, None, tone_wav(20))
-        time.sleep(0.5)  # the tone's batch is running: the sentences queue behind it
+        assert running.wait(60), "the tone's batch never began"
         futures = {s: ex.submit(post, worker, wav) for s, wav in clips.items()}
+        queued = wait_for(lambda: queued_windows(lane, len(clips) + 1), 60, 0.05, "the queue")
+        release.set()
         texts = {s: f.result().json()["text"] for s, f in futures.items()}
         assert busy.result().status_code == 200
-    # The tone's batches are its fallback rounds (a batch each, up to one per temperature);
-    # the sentences share one or two.
-    assert lane.largest_batch >= len(clips)
-    assert lane.batches - before <= len(FALLBACK_TEMPERATURES) + 2
+    # Every sentence's first window is in the first batch that holds any of them, however
+    # many fallback rounds (sampled, so of varying length) the tone needs.
+    first = next(b for b in batches if b & queued)
+    assert queued <= first, f"the sentences were split: {[len(b & queued) for b in batches]}"
     alone = {}
     for sentence, wav in clips.items():
         segments, _ = transcriber_model(lane).transcribe(
@@ -335,6 +349,14 @@ def test_concurrent_requests_are_decoded_in_one_batch_with_the_text_of_sequentia
         alone[sentence] = "".join(s.text for s in segments)
     assert texts == alone
     assert all(wer(s, t) <= MAX_WER for s, t in texts.items())
+
+
+def queued_windows(lane: Lane, jobs: int) -> set[int] | None:
+    """The windows (ids) of the admitted requests after the first, once `jobs` requests are
+    admitted and cut into windows; else None."""
+    if len(lane.jobs) < jobs or any(j.windows is None for j in lane.jobs):
+        return None
+    return {id(w) for j in lane.jobs[1:] for w in j.windows or []}
 
 
 def transcriber_model(lane: Lane) -> Any:
