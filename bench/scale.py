@@ -41,9 +41,11 @@ def run(quick: bool = False) -> dict[str, Any]:
                          stats["p50_s"], stats["p99_s"],
                          "" if r.settle_s is None else round(r.settle_s, 1),
                          ", ".join(f"{k} {v}" for k, v in r.notes.items()
-                                   if not isinstance(v, dict | list))])  # fmt: skip
+                                   if not isinstance(v, dict | list | tuple))])  # fmt: skip
             for stage, lines in r.notes.get("stages", {}).items():  # stuck rollout: status
                 say(f"  [{stage}] " + " | ".join(lines))
+            for line in r.notes.get("status", []):  # node faults: status through the event
+                say(f"  status {line}")
     table(
         "Scaling and faults on the real node (CPU sample, tiny.en, 1 pool min 0 max "
         f"{scenarios.MAX}, 2 frontends; steady load through the Service)",

@@ -8,7 +8,7 @@ server restarted, nor through a rollout stuck on a full node, whose status says 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -82,6 +82,29 @@ def test_a_deleted_frontend_pod_fails_nothing(scaling: Scaling) -> None:
 
 def test_an_api_server_restart_fails_nothing_and_watches_resume(scaling: Scaling) -> None:
     no_failures(scenarios.api_server_restarted(scaling))
+
+
+@pytest.mark.parametrize("fault", scenarios.NODE_FAULTS, ids=lambda f: f.__name__)
+def test_a_node_fault_under_load_fails_nothing_and_status_is_ready_after_it(
+    scaling: Scaling, fault: Callable[[Scaling], Result]
+) -> None:
+    """Issue 20 item 6: the kubelet restarted, containerd restarted, the API server frozen
+    for 60 s, each under steady load. Every request is answered, the pods are the ones
+    from before (nothing restarted with a daemon), status says Ready=True after, and
+    through a frozen API server the frontend went on serving from the endpoints it knew."""
+    result = fault(scaling)
+    print(f"\n[status through {result.event}]\n  " + "\n  ".join(result.notes["status"]))
+    no_failures(result)
+    assert result.notes["status"][0].startswith("+0.0s Ready=True"), result.notes  # before it
+    if "frontends_kept" in result.notes:  # a daemon restarted: the pods live on
+        assert result.notes["frontends_kept"], result.notes
+        assert result.notes["container_restarts"] == 0, result.notes
+        assert not result.notes["pods_failed"], result.notes
+    if "paused" in result.notes:
+        start, end = result.notes["paused"]
+        during = [o for o in result.outcomes if o.ok and start < o.start and o.end < end]
+        assert len(during) >= 10, f"{len(during)} requests served while the API server was frozen"
+        assert any("no answer from the API server" in line for line in result.notes["status"])
 
 
 def test_a_killed_operator_leader_is_replaced_and_the_rollout_completes(scaling: Scaling) -> None:

@@ -145,6 +145,61 @@ def _during(s: Scaling, event: str, clients: int, act: Callable[[], float | None
     return Result(event, load.between(t0, t1), t1 - t0, settle)
 
 
+def status_line(s: Scaling) -> str:
+    """The resource's (Ready, Progressing, Degraded) conditions as one line; 'no answer
+    from the API server' when unread."""
+    out = s.kubectl.run("get", "tdeploy", NAME, "-n", s.namespace, "-o", "json",
+                        "--request-timeout=3s", check=False)  # fmt: skip
+    if out.returncode:
+        return "no answer from the API server"
+    td = json.loads(out.stdout)
+    return ", ".join(f"{t}={c.get('status')} {c.get('reason')}"
+                     for t in CONDITIONS if (c := condition(td, t)))  # fmt: skip
+
+
+class StatusTimeline:
+    """What the resource's status said through an event: its (Ready, Progressing,
+    Degraded) conditions read once a `interval` in a thread, each change kept with the
+    seconds since the start ('+4.1s Ready=True Ready, Progressing=False Complete, ...'). A
+    read that gets no answer (the API server away) is kept as such."""
+
+    def __init__(self, s: Scaling, interval: float = 1.0) -> None:
+        self.s, self.interval = s, interval
+        self.lines: list[str] = []
+        self._last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> StatusTimeline:
+        """Starts with a first reading, taken before the caller's event begins."""
+        self._t0 = time.monotonic()
+        self._last = status_line(self.s)
+        self.lines.append(f"+0.0s {self._last}")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            line = status_line(self.s)
+            if line != self._last:
+                self.lines.append(f"+{time.monotonic() - self._t0:.1f}s {line}")
+                self._last = line
+            self._stop.wait(self.interval)
+
+
+def _ready_again(s: Scaling) -> None:
+    """Wait until status says Ready=True and not Degraded: before a fault (the status lags
+    the pool the load has just woken by a second or so), and as it must once a fault is
+    over (Progressing may be True: the autoscaler can be moving the pool under the load)."""
+    wait_for(lambda: (line := status_line(s)).startswith("Ready=True")
+             and "Degraded=True" not in line,
+             timeout=120, interval=1, what="status Ready=True, not Degraded")  # fmt: skip
+
+
 # --------------------------------------------------------------------------- events
 
 
@@ -400,23 +455,51 @@ def stuck_rollout(s: Scaling) -> Result:
     return result
 
 
+AFTER_RESTART = 20.0  # seconds the load and the status watch go on once a daemon is back
+
+
 def _node_daemon_restarted(s: Scaling, daemon: str) -> Result:
-    """Restart the real node's kubelet or containerd under load; afterwards the node is
-    Ready and the pool's pods are the same ones, ready (nothing was restarted with it)."""
+    """Restart the real node's kubelet or containerd under load; the window goes on until
+    the node's kubelet has renewed its Lease since the restart and AFTER_RESTART seconds
+    have passed (what a restarted kubelet does to its pods' probes, or a kubelet to a
+    restarted runtime, shows in that time). Afterwards the node is Ready, status too, the
+    frontend's pods are the same ones, and no pod restarted or failed. `notes["status"]`:
+    what status said."""
     notes: dict[str, Any] = {}
 
     def act() -> float:
         before = {
             p["metadata"]["name"]: _restarts(p) for p in s.pods("worker") + s.pods("frontend")
         }
-        start = time.monotonic()
-        testbed.cluster.node().restart(daemon)
-        notes[f"{daemon}_back_s"] = round(time.monotonic() - start, 1)
-        wait_for(lambda: _node_ready(s), timeout=120, interval=1, what="the node Ready again")
-        after = {p["metadata"]["name"]: _restarts(p) for p in s.pods("worker") + s.pods("frontend")}
-        notes["pods_kept"] = sorted(before) == sorted(after)
-        notes["container_restarts"] = sum(after.get(n, 0) - r for n, r in before.items())
-        return time.monotonic() - start
+        _ready_again(s)  # status catches up with a pool the load just woke
+        with StatusTimeline(s) as timeline:
+            start, at = time.monotonic(), datetime.now(UTC)
+            testbed.cluster.node().restart(daemon)
+            notes[f"{daemon}_back_s"] = round(time.monotonic() - start, 1)
+            wait_for(lambda: _node_lease_renewed(s) > at, timeout=120, interval=0.5,
+                     what=f"the kubelet renewing its node Lease since the {daemon} restart")  # fmt: skip
+            notes["lease_renewed_after_s"] = round(time.monotonic() - start, 1)
+            time.sleep(max(0.0, AFTER_RESTART - (time.monotonic() - start)))
+            wait_for(lambda: _node_ready(s), timeout=120, interval=1, what="the node Ready again")
+            _ready_again(s)
+            settled = time.monotonic() - start
+        pods = s.pods("worker") + s.pods("frontend")
+        after = {p["metadata"]["name"]: _restarts(p) for p in pods}
+        # The frontend has a fixed replica count; the pool's moves with the load (KEDA), so
+        # its pods may come and go meanwhile: those kept must not have restarted, and no
+        # pod may have failed (a kubelet rejecting pods it re-admits marks them Failed).
+        frontend = f"{NAME}-frontend-"
+        notes["frontends_kept"] = sorted(n for n in after if n.startswith(frontend)) == sorted(
+            n for n in before if n.startswith(frontend)
+        )
+        notes["container_restarts"] = sum(after[n] - r for n, r in before.items() if n in after)
+        notes["pods_failed"] = [
+            p["metadata"]["name"]
+            for p in pods
+            if p["status"].get("phase") not in ("Running", "Pending")
+        ]
+        notes["status"] = timeline.lines
+        return settled
 
     result = _during(s, f"{daemon} restarted", 2, act)
     result.notes.update(notes)
@@ -434,24 +517,35 @@ def containerd_restarted(s: Scaling) -> Result:
 def api_server_paused(s: Scaling, seconds: float = 60.0) -> Result:
     """SIGSTOP the API server for `seconds`, then SIGCONT: unlike a restart, connections
     stay open and hang. The frontend serves from the endpoints it knows; the operator's
-    Lease cannot be renewed meanwhile."""
+    Lease cannot be renewed meanwhile. `notes["status"]`: what status said through it;
+    `notes["paused"]`: the pause's (start, end), in time.monotonic()."""
     cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
     pid = int((cluster / "pids" / "kube-apiserver.pid").read_text())
 
-    def act() -> float:
-        start = time.monotonic()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(seconds)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
-        wait_for(
-            lambda: s.leader() != "", timeout=120, interval=1, what="an operator leading again"
-        )
-        return time.monotonic() - start
+    notes: dict[str, Any] = {}
 
-    return _during(s, f"API server paused {seconds:.0f}s (SIGSTOP)", 2, act)
+    def act() -> float:
+        _ready_again(s)  # status catches up with a pool the load just woke
+        with StatusTimeline(s) as timeline:
+            start = time.monotonic()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            notes["paused"] = (start, time.monotonic())  # monotonic, as the outcomes' times
+            wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
+            wait_for(
+                lambda: s.leader() != "", timeout=120, interval=1, what="an operator leading again"
+            )
+            _ready_again(s)
+            settled = time.monotonic() - start
+        notes["status"] = timeline.lines
+        return settled
+
+    result = _during(s, f"API server paused {seconds:.0f}s (SIGSTOP)", 2, act)
+    result.notes.update(notes)
+    return result
 
 
 NODE_FAULTS: list[Callable[[Scaling], Result]] = [
@@ -503,6 +597,14 @@ def _a_ready_pod(s: Scaling, component: str) -> dict[str, Any]:
 
 def _restarts(pod: dict[str, Any]) -> int:
     return sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses") or [])
+
+
+def _node_lease_renewed(s: Scaling) -> datetime:
+    """When the real node's kubelet last renewed its Lease (kube-node-lease)."""
+    out = s.kubectl.run("get", "lease", testbed.realnode.NODE_NAME, "-n", "kube-node-lease",
+                        "-o", "json", check=False)  # fmt: skip
+    renewed = json.loads(out.stdout)["spec"].get("renewTime") if not out.returncode else None
+    return datetime.fromisoformat(renewed) if renewed else datetime.min.replace(tzinfo=UTC)
 
 
 def _node_ready(s: Scaling) -> bool:
