@@ -46,9 +46,17 @@ print(f"    torch{torch} and {len(reqs)} other requirements")
 EOF
 echo "==> torch $(cat "$work/constraints.txt" | cut -c6-) from PyPI and the rest of vLLM's requirements"
 $PIP -c "$work/constraints.txt" torch -r "$work/requirements.txt"
-# vLLM's CPU kernels must load: without them the engine's worker fails at start-up.
-if ! err=$($PY -c "import vllm._C" 2>&1); then
-    echo "error: vLLM's CPU kernels (vllm._C) do not load: $err" >&2
+# vLLM's CPU kernels must load: without them the engine's worker fails at start-up. The
+# wheel ships one build per x86 ISA (_C: AVX-512 with BF16, _C_AVX512, _C_AVX2); vLLM picks
+# the one this CPU runs (import_kernels), so check that choice, not `vllm._C` (on a CPU
+# without AVX-512 that one dies of an illegal instruction).
+if ! err=$($PY -c "
+import torch
+from vllm.platforms import current_platform
+current_platform.import_kernels()
+assert hasattr(torch.ops._C, 'rms_norm'), 'no kernel registered'
+" 2>&1); then
+    echo "error: vLLM's CPU kernels do not load: $err" >&2
     echo "       libnuma.so.1 missing? Install Debian's/Ubuntu's libnuma1." >&2
     exit 1
 fi
