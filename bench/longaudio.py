@@ -246,6 +246,14 @@ def short_clip(directory: Path) -> tuple[str, bytes, float]:
     return s, p.read_bytes(), seconds
 
 
+def reported(label: str, url: str, rec: Recording, fe: Measured, workers: Sequence[Measured], *,
+             chunked: bool, stream: bool = False) -> dict[str, Any]:  # fmt: skip
+    """`long_request` of the whole recording, its result said in one line after `label`."""
+    r = long_request(url, rec.wav, rec.text, fe, workers, chunked=chunked, stream=stream)
+    say(f"{label} {r['wall_s']:.1f} s, {r['chunks']} chunks, WER {r['wer_pct']:.2f}%")
+    return r
+
+
 def shorts(url: str, clip: tuple[str, bytes, float], count: int | None = None,
            until: concurrent.futures.Future[Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Short requests one after another, one started every SHORT_PERIOD seconds: `count`
@@ -406,24 +414,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             shorts(url, short, count=1)
 
         say("(a) 1 replica, whole file (--no-chunking, no chunking_strategy)")
-        runs["a"] = long_request(one, rec.wav, rec.text, fe_one, workers, chunked=False)
-        say(f"(a) {runs['a']['wall_s']:.1f} s, WER {runs['a']['wer_pct']:.2f}%")
+        runs["a"] = reported("(a)", one, rec, fe_one, workers, chunked=False)
         say("(c) 1 replica, chunked (chunking_strategy=auto)")
-        runs["c"] = long_request(one, rec.wav, rec.text, fe_one, workers, chunked=True)
-        say(
-            f"(c) {runs['c']['wall_s']:.1f} s, {runs['c']['chunks']} chunks, WER {runs['c']['wer_pct']:.2f}%"
-        )
+        runs["c"] = reported("(c)", one, rec, fe_one, workers, chunked=True)
         say("(b) 2 replicas, chunked (chunking_strategy=auto)")
-        runs["b"] = long_request(two, rec.wav, rec.text, fe_two, workers, chunked=True)
-        say(
-            f"(b) {runs['b']['wall_s']:.1f} s, {runs['b']['chunks']} chunks, WER {runs['b']['wer_pct']:.2f}%"
-        )
+        runs["b"] = reported("(b)", two, rec, fe_two, workers, chunked=True)
         say("(b) again, each chunk prompted with the text before it (--chunk-previous-text)")
-        runs["b_chained"] = long_request(chained, rec.wav, rec.text, fe_chained, workers,
-                                         chunked=True)  # fmt: skip
-        say(
-            f"(b) chained {runs['b_chained']['wall_s']:.1f} s, WER {runs['b_chained']['wer_pct']:.2f}%"
-        )
+        runs["b_chained"] = reported("(b) chained", chained, rec, fe_chained, workers, chunked=True)
         say("stream: 2 replicas, chunked, stream=true")
         runs["stream"] = long_request(
             two, rec.wav, rec.text, fe_two, workers, chunked=True, stream=True

@@ -41,6 +41,7 @@ from .longaudio import (
     WER_POINTS,
     bare,
     long_request,
+    reported,
     short_clip,
     shorts,
 )
@@ -98,6 +99,21 @@ def pods(kubectl: Kubectl, ns: str, component: str, count: int) -> list[dict[str
     return found
 
 
+def roll_then_scale(kubectl: Kubectl, ns: str, url: str, short: tuple[str, bytes, float],
+                    fe: PodCPU, parallel: int | None) -> tuple[PodCPU, list[PodCPU]]:  # fmt: skip
+    """From one worker replica: chunking on with `parallel` (the operator rolls the
+    frontend), then two worker replicas, warmed up. One change at a time: the frontend's
+    surge pod finds no room beside two workers. Returns the new frontend and workers."""
+    kubectl.apply(resource(1, chunking=True, parallel=parallel), ns)
+    wait_for(lambda: kubectl.pods(ns, NAME, "frontend")[0]["metadata"]["uid"] != fe.uid,
+             timeout=300, interval=2, what="the frontend to roll")  # fmt: skip
+    rolled = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
+    kubectl.apply(resource(2, chunking=True, parallel=parallel), ns)
+    workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 2)]
+    shorts(url, short, count=2)
+    return rolled, workers
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 120.0 if quick else 600.0
     baseline_count = SHORT_BASELINE // 2 if quick else SHORT_BASELINE
@@ -125,30 +141,14 @@ def run(quick: bool = False) -> dict[str, Any]:
         say(f"the frontend's Service: {url}; warming up")
         shorts(url, short, count=2)
         say("(a) 1 replica, whole file (chunking off, no chunking_strategy)")
-        runs["a"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=False)
-        say(
-            f"(a) {runs['a']['wall_s']:.1f} s, {runs['a']['chunks']} chunks, WER {runs['a']['wer_pct']:.2f}%"
-        )
+        runs["a"] = reported("(a)", url, rec, fe, workers, chunked=False)
         say("(c) 1 replica, chunking_strategy=auto")
-        runs["c"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=True)
-        say(
-            f"(c) {runs['c']['wall_s']:.1f} s, {runs['c']['chunks']} chunks, WER {runs['c']['wer_pct']:.2f}%"
-        )
+        runs["c"] = reported("(c)", url, rec, fe, workers, chunked=True)
 
         say("phase 2: chunking on (the frontend rolls), then 2 worker replicas")
-        # One change at a time: the frontend's surge pod finds no room beside two workers.
-        kubectl.apply(resource(1, chunking=True), ns)
-        wait_for(lambda: kubectl.pods(ns, NAME, "frontend")[0]["metadata"]["uid"] != fe.uid,
-                 timeout=300, interval=2, what="the frontend to roll")  # fmt: skip
-        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
-        kubectl.apply(resource(2, chunking=True), ns)
-        workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 2)]
-        shorts(url, short, count=2)
+        fe, workers = roll_then_scale(kubectl, ns, url, short, fe, parallel=None)
         say("(b) 2 replicas, chunking_strategy=auto")
-        runs["b"] = long_request(url, rec.wav, rec.text, fe, workers, chunked=True)
-        say(
-            f"(b) {runs['b']['wall_s']:.1f} s, {runs['b']['chunks']} chunks, WER {runs['b']['wer_pct']:.2f}%"
-        )
+        runs["b"] = reported("(b)", url, rec, fe, workers, chunked=True)
         say("stream: 2 replicas, chunked, stream=true")
         runs["stream"] = long_request(url, rec.wav, rec.text, fe, workers,
                                       chunked=True, stream=True)  # fmt: skip
@@ -165,13 +165,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         say("phase 3: maxParallelChunks 1 (one chunk at a time: a pod stays free of chunks)")
         kubectl.apply(resource(1, chunking=True), ns)  # room for the frontend's surge pod
         pods(kubectl, ns, "worker", 1)
-        kubectl.apply(resource(1, chunking=True, parallel=1), ns)
-        wait_for(lambda: kubectl.pods(ns, NAME, "frontend")[0]["metadata"]["uid"] != fe.uid,
-                 timeout=300, interval=2, what="the frontend to roll")  # fmt: skip
-        fe = PodCPU(pods(kubectl, ns, "frontend", 1)[0])
-        kubectl.apply(resource(2, chunking=True, parallel=1), ns)
-        workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 2)]
-        shorts(url, short, count=2)
+        fe, workers = roll_then_scale(kubectl, ns, url, short, fe, parallel=1)
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
             running = ex.submit(long_request, url, rec.wav, rec.text, fe, workers, chunked=True)
             busy_one = shorts(url, short, until=running)

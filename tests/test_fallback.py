@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,11 +60,19 @@ def interactive(audio: Audio) -> Job:
     return Job(audio, Options(temperature=0.2))
 
 
+@pytest.mark.parametrize(
+    "lane_settings",
+    [{"max_batch_size": 1}, {"sequential": True}],
+    ids=["batching lane", "sequential lane"],
+)
 def test_an_interactive_window_is_decoded_between_two_rounds_of_a_background_one(
-    transcriber: Transcriber, speech: tuple[Audio, Audio], fallback: None
+    transcriber: Transcriber,
+    speech: tuple[Audio, Audio],
+    fallback: None,
+    lane_settings: dict[str, Any],
 ) -> None:
     chunk, short = Job(speech[0], Options(), background=True), interactive(speech[1])
-    lane, recorder = watched_lane(transcriber, max_queue=4, max_batch_size=1)
+    lane, recorder = watched_lane(transcriber, max_queue=4, **lane_settings)
 
     async def main() -> tuple[tuple[list[engine.Segment], str], ...]:
         lane.start()
@@ -132,33 +141,6 @@ def test_rounds_as_steps_choose_what_one_step_chose(
         )
         assert s.words  # word timestamps from the round that was chosen
     assert wer(SENTENCES[0], " ".join(s.text for s in segments)) <= 0.25
-
-
-def test_a_sequential_lane_decodes_rounds_and_serves_interactive_work_between_them(
-    transcriber: Transcriber, speech: tuple[Audio, Audio], fallback: None
-) -> None:
-    chunk, short = Job(speech[0], Options(), background=True), interactive(speech[1])
-    lane, recorder = watched_lane(transcriber, max_queue=4, sequential=True)
-
-    async def main() -> tuple[tuple[list[engine.Segment], str], ...]:
-        lane.start()
-        recorder.gate.clear()
-        try:
-            lane.submit(chunk)
-            await until(lambda: len(recorder.batches) == 1)
-            lane.submit(short)
-            await until(lambda: short.windows is not None)
-            recorder.gate.set()
-            return await asyncio.gather(results(short), results(chunk))
-        finally:
-            recorder.gate.set()
-            await lane.stop()
-
-    (short_segments, short_end), (chunk_segments, chunk_end) = asyncio.run(main())
-    assert (short_end, chunk_end) == ("done", "done")
-    assert recorder.batches == [[True], [False], [True], [True]], recorder.batches
-    assert wer(SENTENCES[1], " ".join(s.text for s in short_segments)) <= 0.25
-    assert wer(SENTENCES[0], " ".join(s.text for s in chunk_segments)) <= 0.25
 
 
 def test_a_request_cancelled_between_rounds_is_dropped(
