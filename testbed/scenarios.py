@@ -34,7 +34,7 @@ from testbed.load import Load, Outcome
 from testbed.operators import operator_in_cluster
 from testkit.audio import wer
 from testkit.realtime import conversation, transcribe_turns, transcripts
-from transcription_operator.children import quantity
+from transcription_api.units import quantity
 
 NAME, POOL = "whisper-cpu", "cpu"
 RELEASE = "scaling-operator"

@@ -12,7 +12,6 @@ from testkit.operator import World, conditions, deployment, run
 from testkit.resources import make_td
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.engines import capability_set
-from transcription_api.v1alpha1 import duration_seconds
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
 
@@ -28,10 +27,6 @@ SCALED = {
 
 def children(spec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(m["kind"], m["metadata"]["name"]): m for m in build(make_td(spec), OperatorConfig())}
-
-
-def test_durations() -> None:
-    assert [duration_seconds(d) for d in ("90s", "5m", "1h30m", "2h")] == [90, 300, 5400, 7200]
 
 
 def test_an_autoscaled_pool_gets_a_scaled_object_and_leaves_replicas_to_it() -> None:

@@ -14,7 +14,7 @@ from testkit.resources import make_td
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import ResourcesSpec, TranscriptionDeployment
 from transcription_api.worker import WorkerSettings
-from transcription_operator.children import build, cpu_threads, quantity, resource_requirements
+from transcription_operator.children import build, resource_requirements
 from transcription_operator.config import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,29 +304,6 @@ def test_vllm_pools_get_no_faster_whisper_settings(vllm_td: TranscriptionDeploym
     assert not {"beam_size", "vad_filter", "threads", "max_batch_size", "compute_type"} & set(
         settings
     )
-
-
-@pytest.mark.parametrize(
-    ("cpu", "threads"),
-    [(None, 0), ("500m", 1), ("1", 1), ("1.5", 2), ("2000m", 2), ("16", 16), ("1k", 256)],
-)
-def test_cpu_quantity_to_threads(cpu: str | None, threads: int) -> None:
-    assert cpu_threads(cpu) == threads
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("250m", 0.25),
-        ("2", 2.0),
-        ("0.5", 0.5),
-        ("1k", 1000.0),
-        ("2Gi", 2.0 * 2**30),
-        ("8Mi", 8.0 * 2**20),
-    ],
-)
-def test_quantities(text: str, value: float) -> None:
-    assert quantity(text) == value
 
 
 def test_cpu_is_a_request_without_a_limit_as_the_crd_says() -> None:

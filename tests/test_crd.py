@@ -176,6 +176,30 @@ def test_python_validator_matches_cel_messages(spec: dict[str, Any], message: st
     assert message in {r["message"] for r in rules}
 
 
+def test_every_cel_rule_in_the_crd_is_a_rule_with_its_python_twin() -> None:
+    """Each `x-kubernetes-validations` entry comes from a `Rule`, which holds its Python
+    twin beside its CEL, at the node of the model the rule sits above (only the root's
+    metadata.name length is the API server's alone: the operator never names objects)."""
+    from transcription_api import v1alpha1 as api
+
+    props = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    spec = props["spec"]
+    at = {
+        "": (spec, api.SPEC_RULES),
+        ".model": (spec["properties"]["model"], api.MODEL_RULES),
+        ".pools[]": (spec["properties"]["pools"]["items"], api.POOL_RULES),
+        ".pools[].autoscaling": (
+            spec["properties"]["pools"]["items"]["properties"]["autoscaling"],
+            api.AUTOSCALING_RULES,
+        ),
+        ".tracing": (spec["properties"]["tracing"], api.TRACING_RULES),
+    }
+    for path, (node, rules) in at.items():
+        assert node["x-kubernetes-validations"] == [r.validation() for r in rules], path
+    elsewhere = [p for p, n in walk(spec) if "x-kubernetes-validations" in n and p not in at]
+    assert elsewhere == []
+
+
 def test_engine_args_that_only_look_like_managed_flags_are_accepted() -> None:
     spec = TranscriptionDeploymentSpec.model_validate(
         {"model": {"name": "m"}, "pools": [{"name": "a", "engineArgs": [

@@ -237,10 +237,10 @@ def test_an_unknown_route_is_404_without_a_model_code(frontend: Frontend) -> Non
 
 
 def test_every_limit_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
-    from transcription_api.v1alpha1 import FrontendLimits
+    from transcription_api.frontend import FrontendLimits
     from transcription_frontend.limits import Limits, limits_of
     from transcription_frontend.main import parse_args
-    from transcription_operator.children import LIMIT_FLAGS, limit_args
+    from transcription_operator.children.frontend import LIMIT_FLAGS, limit_args
 
     assert set(LIMIT_FLAGS) == set(FrontendLimits.model_fields)
     assert limit_args(FrontendLimits()) == []  # defaults: the frontend's own, no flags
@@ -257,10 +257,11 @@ def test_every_limit_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
 
 
 def test_every_chunking_setting_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
-    from transcription_api.v1alpha1 import ChunkingSpec, FrontendSpec
+    from transcription_api.frontend import ChunkingSpec
+    from transcription_api.v1alpha1 import FrontendSpec
     from transcription_frontend.longaudio.settings import Chunking, chunking_of
     from transcription_frontend.main import parse_args
-    from transcription_operator.children import chunking_args
+    from transcription_operator.children.frontend import chunking_args
 
     assert chunking_args(FrontendSpec()) == []  # defaults: the frontend's own, no flags
     assert chunking_of(parse_args(["--routes", "r.json"])) == Chunking()

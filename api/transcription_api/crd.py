@@ -140,11 +140,11 @@ def crd() -> dict[str, Any]:
         "description": (api.TranscriptionDeployment.__doc__ or "").strip(),
         "required": ["spec"],
         "x-kubernetes-validations": [
-            api.cel(
-                f"size(self.metadata.name) <= {api.MAX_NAME}",
-                f"metadata.name must be at most {api.MAX_NAME} characters (children are "
-                "named <name>-<pool> and must fit a 63-character DNS label)",
-            )
+            {
+                "rule": f"size(self.metadata.name) <= {api.MAX_NAME}",
+                "message": f"metadata.name must be at most {api.MAX_NAME} characters (children "
+                "are named <name>-<pool> and must fit a 63-character DNS label)",
+            }
         ],
         "properties": {
             "apiVersion": {"type": "string"},

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from transcription_api.errors import APIError
-from transcription_api.v1alpha1 import FrontendLimits
+from transcription_api.frontend import FrontendLimits
 
 from .respond import Reply
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from transcription_api.v1alpha1 import ChunkingSpec
+from transcription_api.frontend import ChunkingSpec
 
 _D = ChunkingSpec()
 
