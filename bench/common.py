@@ -80,6 +80,17 @@ class Proc:
         self.log.close()
 
 
+def frontend_proc(route_file: Path, port: int, name: str, **settings: Any) -> Proc:
+    """The frontend's process on `route_file`, on 127.0.0.1:`port` with no scaler and no
+    internal port, `settings` (fields of `FrontendSettings`) over those."""
+    from testkit.processes import local_settings
+    from transcription_api.frontend import SETTINGS_ENV
+
+    env = {SETTINGS_ENV: local_settings(port, **settings).to_env()}
+    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file),
+                 "--log-level", "warning"], f"http://127.0.0.1:{port}/health", name, env=env)  # fmt: skip
+
+
 def _status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):

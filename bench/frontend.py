@@ -27,7 +27,7 @@ import httpx
 
 from testkit.audio import tone_wav
 
-from .common import PY, RESULTS, Proc, pct, say, table, write
+from .common import PY, RESULTS, Proc, frontend_proc, pct, say, table, write
 
 BASE = 18700
 NAMES = ["whisper-large-v3", "whisper-1"]
@@ -53,9 +53,7 @@ def worker(port: int, delay: float = 0.0) -> Proc:
 
 
 def frontend(port: int, route_file: Path, balancer: str = "least-in-flight") -> Proc:
-    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file), "--port", str(port),
-                 "--log-level", "warning", "--balancer", balancer, "--scaler-port", "0"],
-                f"http://127.0.0.1:{port}/health", f"frontend-{port}")  # fmt: skip
+    return frontend_proc(route_file, port, f"frontend-{port}", balancer=balancer)
 
 
 def post(client: httpx.Client, url: str, audio: bytes, fmt: str = "json") -> float:

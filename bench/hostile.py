@@ -26,7 +26,7 @@ import httpx
 
 from testkit.audio import tone_wav
 
-from .common import PY, RESULTS, Proc, pct, say, table, write
+from .common import RESULTS, Proc, frontend_proc, pct, say, table, write
 from .frontend import routes, worker
 
 BASE = 18760
@@ -35,9 +35,7 @@ CONNECTIONS = 100
 
 
 def frontend(port: int, route_file: Path) -> Proc:
-    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file), "--port", str(port),
-                 "--host", "127.0.0.1", "--log-level", "warning", "--scaler-port", "0", "--internal-port", "0"],
-                f"http://127.0.0.1:{port}/health", f"hostile-frontend-{port}")  # fmt: skip
+    return frontend_proc(route_file, port, f"hostile-frontend-{port}")
 
 
 def _status(data: bytes) -> str:

@@ -8,13 +8,13 @@ HARD_SENTENCES shuffled and repeated, 0.3-1.5 s pauses), 600 s (120 s with --qui
 worker replica runs with the same CPU share: `--threads 1` (and OMP_NUM_THREADS=1).
 
 1. wall time of one request (OpenAI SDK, json):
-   (a) 1 replica, whole: the frontend runs with `--no-chunking` and the request sets no
+   (a) 1 replica, whole: the frontend runs with `chunking.enabled` false and the request sets no
        `chunking_strategy`: the worker decodes the whole file itself (1 thread);
    (c) 1 replica, chunked (`chunking_strategy="auto"`): chunking's own cost, without
        parallelism;
    (b) 2 replicas, chunked (`chunking_strategy="auto"`, 2 x 1 thread); and again with each
        chunk prompted with the text of the one before it in its run
-       (`--chunk-previous-text`), side by side.
+       (`chunking.previous_text`), side by side.
    Target: (a) / (b) >= 1.8. Also the CPU seconds the workers (each replica's) and the
    frontend used: robust to other load on the machine, whose CPU count and load average are
    printed with the table.
@@ -60,9 +60,10 @@ import openai
 from testkit.audio import HARD_SENTENCES, SENTENCES, speak, tone_wav, wer
 from testkit.longaudio import Recording, excerpt, long_recording, looped
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import PoolRoute, RouteTable
 
-from .common import PY, RESULTS, Proc, median, pct, say, table, write
+from .common import PY, RESULTS, Proc, frontend_proc, median, pct, say, table, write
 from .frontend import routes as standin_routes
 from .frontend import worker as standin_worker
 from .worker import clip_seconds
@@ -149,11 +150,10 @@ def worker(port: int) -> Proc:
                 env={"OMP_NUM_THREADS": str(THREADS)})  # fmt: skip
 
 
-def frontend(port: int, route_file: Path, *flags: str) -> Proc:
-    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file),
-                 "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning",
-                 "--scaler-port", "0", "--internal-port", "0", *flags],
-                f"http://127.0.0.1:{port}/health", f"longaudio-frontend-{port}")  # fmt: skip
+def frontend(port: int, route_file: Path, **chunking: Any) -> Proc:
+    """A frontend with `chunking` (fields of `ChunkingSpec`) over the defaults."""
+    return frontend_proc(route_file, port, f"longaudio-frontend-{port}",
+                         chunking=ChunkingSpec(**chunking))  # fmt: skip
 
 
 def fw_routes(path: Path, ports: tuple[int, ...]) -> Path:
@@ -400,12 +400,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         workers = [worker(p) for p in WORKERS]
         procs += workers
         fe_one = frontend(FRONTEND_ONE, fw_routes(RESULTS / "routes-longaudio-1.json", WORKERS[:1]),
-                          "--no-chunking")  # fmt: skip
+                          enabled=False)  # fmt: skip
         procs.append(fe_one)
         fe_two = frontend(FRONTEND_TWO, fw_routes(RESULTS / "routes-longaudio-2.json", WORKERS))
         procs.append(fe_two)
         fe_chained = frontend(FRONTEND_CHAINED, fw_routes(RESULTS / "routes-longaudio-2.json",
-                                                          WORKERS), "--chunk-previous-text")  # fmt: skip
+                                                          WORKERS), previous_text=True)  # fmt: skip
         procs.append(fe_chained)
         one, two = f"http://127.0.0.1:{FRONTEND_ONE}", f"http://127.0.0.1:{FRONTEND_TWO}"
         chained = f"http://127.0.0.1:{FRONTEND_CHAINED}"
@@ -413,13 +413,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         for url in (*(f"http://127.0.0.1:{p}" for p in WORKERS), one, two, chained):
             shorts(url, short, count=1)
 
-        say("(a) 1 replica, whole file (--no-chunking, no chunking_strategy)")
+        say("(a) 1 replica, whole file (chunking off, no chunking_strategy)")
         runs["a"] = reported("(a)", one, rec, fe_one, workers, chunked=False)
         say("(c) 1 replica, chunked (chunking_strategy=auto)")
         runs["c"] = reported("(c)", one, rec, fe_one, workers, chunked=True)
         say("(b) 2 replicas, chunked (chunking_strategy=auto)")
         runs["b"] = reported("(b)", two, rec, fe_two, workers, chunked=True)
-        say("(b) again, each chunk prompted with the text before it (--chunk-previous-text)")
+        say("(b) again, each chunk prompted with the text before it (chunking.previous_text)")
         runs["b_chained"] = reported("(b) chained", chained, rec, fe_chained, workers, chunked=True)
         say("stream: 2 replicas, chunked, stream=true")
         runs["stream"] = long_request(
@@ -492,7 +492,7 @@ def run(quick: bool = False) -> dict[str, Any]:
           + [[label, r["wall_s"], a["wall_s"] / r["wall_s"], r["wer_pct"], r["worker_cpu_s"],
               " + ".join(f"{x:.1f}" for x in r["worker_cpu_s_each"]), r["frontend_cpu_s"],
               r["chunks"], r["chunk_latency"]["p50"], r["chunk_latency"]["mean"]]
-             for label, r in (("(a) 1 replica, whole (--no-chunking)", a), ("(c) 1 replica, chunked (auto)", c),
+             for label, r in (("(a) 1 replica, whole (chunking off)", a), ("(c) 1 replica, chunked (auto)", c),
                               ("(b) 2 replicas, chunked (auto)", b),
                               ("(b) previous text as prompt (previousText)", runs["b_chained"]),
                               ("stream, 2 replicas, chunked", st),

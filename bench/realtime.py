@@ -42,9 +42,10 @@ import numpy as np
 from testkit.audio import HARD_SENTENCES, SENTENCES, wer
 from testkit.realtime import RATE, conversation, pcm, silence, transcribe_turns
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import PoolRoute, RouteTable
 
-from .common import PY, RESULTS, Proc, pct, say, table, write
+from .common import PY, RESULTS, Proc, frontend_proc, pct, say, table, write
 
 FRONTEND, WORKER = 18770, 18771
 CONCURRENCY = (1, 4, 8)
@@ -290,10 +291,8 @@ def row(url: str, texts: list[str], n: int, directory: Path) -> dict[str, Any]:
 
 def frontend(route_file: Path) -> Proc:
     # Sessions wait for their last turns without sending: no idle close meanwhile.
-    return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file),
-                 "--port", str(FRONTEND), "--host", "127.0.0.1", "--log-level", "warning",
-                 "--scaler-port", "0", "--internal-port", "0", "--realtime-idle-timeout", "600"],
-                f"http://127.0.0.1:{FRONTEND}/health", "realtime-frontend")  # fmt: skip
+    return frontend_proc(route_file, FRONTEND, "realtime-frontend",
+                         limits=FrontendLimits(realtime_idle_timeout_seconds=600))  # fmt: skip
 
 
 def run(quick: bool = False) -> dict[str, Any]:

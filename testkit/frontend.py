@@ -14,9 +14,11 @@ import openai
 from testkit.audio import tone_wav
 from testkit.standins import TRANSFORMERS, VLLM, Running, recording, start
 from transcription_api.capabilities import Engine, Mode, ModelFamily
+from transcription_api.frontend import FrontendSettings
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
+from transcription_frontend.tracing import Tracer
 
 PRIMARY = "openai/whisper-large-v3-turbo"
 SERVED = [PRIMARY, "whisper-1"]
@@ -34,9 +36,17 @@ def pool(
 
 
 class Frontend:
-    def __init__(self, table: RouteTable, keys: Path | None = None, **gateway: Any) -> None:
-        self.router = Router(table)
-        self.gateway = Gateway(router=self.router, api_keys_path=keys, **gateway)
+    """The gateway on `table`, with `settings` (fields of `FrontendSettings`) and API keys
+    from `keys`; no scaler and no internal port unless the settings say so."""
+
+    def __init__(self, table: RouteTable, keys: Path | None = None, tracer: Tracer | None = None,
+                 **settings: Any) -> None:  # fmt: skip
+        self.settings = FrontendSettings(
+            **{"scaler_port": None, "internal_port": None, "api_keys_path": keys, **settings}
+        )
+        self.router = Router(table, policy=self.settings.balancer.value)
+        self.gateway = Gateway(router=self.router, settings=self.settings,
+                               tracer=tracer or Tracer())  # fmt: skip
         self.running: Running = start(create_app(self.gateway))
         self.url = self.running.url
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)

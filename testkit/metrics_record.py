@@ -42,6 +42,8 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from transcription_api.frontend import ChunkingSpec, FrontendLimits, HoldLimits
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "transcription-operator"
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
@@ -558,9 +560,10 @@ class Local:
             self.dir / f"worker-{port}.log", f"http://{address}/health")  # fmt: skip
         return address
 
-    def frontend(self, workers: Mapping[str, list[str]], *args: str) -> str:
+    def frontend(self, workers: Mapping[str, list[str]], **settings: Any) -> str:
         """The frontend on the route table the operator wrote, each pool's endpoints the
-        given local workers (none: the pool is at zero); returns its address."""
+        given local workers (none: the pool is at zero), with `settings` (fields of
+        `FrontendSettings`); returns its address."""
         from testkit import processes
         from transcription_api.routes import ROUTES_KEY, RouteTable
 
@@ -570,7 +573,7 @@ class Local:
                  for p in table.pools]  # fmt: skip
         d = Path(tempfile.mkdtemp(dir=self.dir))
         url, proc = processes.frontend(table.model_copy(update={"pools": pools}), d,
-                                       ["--log-level", "warning", *args], ready="/health")  # fmt: skip
+                                       ["--log-level", "warning"], ready="/health", **settings)  # fmt: skip
         address = url.removeprefix("http://")
         self.procs[address] = proc
         return address
@@ -715,7 +718,7 @@ def saturated(local: Local) -> Scenario:
 def held(local: Local) -> Scenario:
     """The pool at zero: the frontend holds requests, and they time out."""
     workers: dict[str, list[str]] = {"cpu": []}
-    fe = local.frontend(workers, "--hold-timeout", "12")
+    fe = local.frontend(workers, hold=HoldLimits(timeout_seconds=12))
     targets = local.targets(fe, workers)
     pool = {**SPEC["pools"][0], "autoscaling": {"minReplicas": 0, "maxReplicas": 2}}
     local.operator.spec({**SPEC, "pools": [pool]}, 4)
@@ -772,8 +775,9 @@ def record_local(out: Path = FIXTURES / "local") -> list[Path]:
             worker = local.worker()
             workers = {"cpu": [worker]}
             fe = local.frontend(
-                workers, "--chunk-threshold", "8", "--max-chunk-seconds", "6",
-                "--realtime-idle-timeout", "600", "--hold-timeout", "8",
+                workers, chunking=ChunkingSpec(threshold_seconds=8, max_chunk_seconds=6),
+                limits=FrontendLimits(realtime_idle_timeout_seconds=600),
+                hold=HoldLimits(timeout_seconds=8),
             )  # fmt: skip
             targets = local.targets(fe, workers)
             scenarios.append(healthy(local, fe, targets))

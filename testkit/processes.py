@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from testkit.standins import free_port
+from transcription_api.frontend import SETTINGS_ENV, FrontendSettings
 from transcription_api.routes import RouteTable
 
 BIN = Path(sys.executable).parent
@@ -40,15 +42,23 @@ def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
     return proc
 
 
-def frontend(table: RouteTable, d: Path, args: list[str] | None = None,
-             ready: str = "/ready") -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
-    """The frontend's process on `table`, with more of its flags (`args`), once `ready`
-    (a path) answers 200."""
+def local_settings(port: int, **settings: Any) -> FrontendSettings:
+    """A frontend's settings on 127.0.0.1:`port` with no scaler and no internal port (on
+    their fixed ports, processes side by side would collide), `settings` over them."""
+    local = {"host": "127.0.0.1", "port": port, "scaler_port": None, "internal_port": None}
+    return FrontendSettings(**{**local, **settings})
+
+
+def frontend(table: RouteTable, d: Path, args: list[str] | None = None, ready: str = "/ready",
+             **settings: Any) -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
+    """The frontend's process on `table`, with `settings` (fields of `FrontendSettings`, in
+    its environment variable as the operator passes them) and more command-line `args`,
+    once `ready` (a path) answers 200."""
     (d / "routes.json").write_text(table.dumps())
     port = free_port()
-    proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"),
-                  "--host", "127.0.0.1", "--port", str(port), "--scaler-port", "0", "--internal-port", "0",
-                  *(args or [])], d / "frontend.log", f"http://127.0.0.1:{port}{ready}")  # fmt: skip
+    env = {SETTINGS_ENV: local_settings(port, **settings).to_env()}
+    proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"), *(args or [])],
+                 d / "frontend.log", f"http://127.0.0.1:{port}{ready}", env=env)  # fmt: skip
     return f"http://127.0.0.1:{port}", proc
 
 

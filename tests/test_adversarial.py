@@ -21,13 +21,14 @@ from testkit.audio import tone_wav
 from testkit.processes import frontend
 from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import PoolRoute, RouteTable
 
 NAMES = ["whisper-large-v3", "whisper-1"]
 WAV = tone_wav(0.3)
-LIMITS = ["--max-header-bytes", "8192", "--max-headers", "40", "--header-timeout", "1",
-          "--body-timeout", "1", "--body-min-rate", "100000", "--max-body-bytes", "2000000",
-          "--max-concurrency", "3", "--idle-timeout", "2"]  # fmt: skip
+LIMITS = FrontendLimits(max_header_bytes=8192, max_headers=40, header_timeout_seconds=1,
+                        body_timeout_seconds=1, body_min_bytes_per_second=100000,
+                        max_body_bytes=2000000, max_concurrency=3, idle_timeout_seconds=2)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def gateway(
     d = tmp_path_factory.mktemp("adversarial")
     keys = d / "keys"
     keys.write_bytes("\ufeff# the team's key\n\nk-good\n".encode())
-    url, proc = frontend(table(worker[0].url), d, [*LIMITS, "--api-keys", str(keys)])
+    url, proc = frontend(table(worker[0].url), d, limits=LIMITS, api_keys_path=keys)
     yield url
     proc.terminate()
     proc.wait(timeout=30)
@@ -206,7 +207,7 @@ def test_a_bad_key_is_401_never_500(gateway: str) -> None:
 def test_an_empty_key_file_is_never_open(worker: tuple[Running, Behaviour], tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# no key yet\n")
-    url, proc = frontend(table(worker[0].url), tmp_path, ["--api-keys", str(keys)], "/health")
+    url, proc = frontend(table(worker[0].url), tmp_path, ready="/health", api_keys_path=keys)
     try:
         r = httpx.get(f"{url}/ready")
         assert r.status_code == 503 and "has no key" in r.json()["reason"]

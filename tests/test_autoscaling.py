@@ -12,6 +12,7 @@ from testkit.operator import World, conditions, deployment, run
 from testkit.resources import make_td
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.engines import capability_set
+from transcription_api.frontend import FrontendSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
 
@@ -64,19 +65,17 @@ def test_the_frontend_serves_the_scaler_on_an_internal_service() -> None:
     assert svc["spec"]["type"] == "ClusterIP"
     assert svc["spec"]["ports"] == [{"name": "scaler", "port": 9090, "targetPort": "scaler"}]
     fe = out[("Deployment", "whisper-frontend")]["spec"]["template"]["spec"]["containers"][0]
-    args = fe["args"]
-    assert args[args.index("--scaler-port") + 1] == "9090"
-    assert args[args.index("--peers-service") + 1] == "whisper"
+    settings = FrontendSettings.model_validate_json(fe["env"][0]["value"])
+    assert (settings.scaler_port, settings.peers_service) == (9090, "whisper")
     assert {"name": "scaler", "containerPort": 9090, "protocol": "TCP"} in fe["ports"]
     # Without autoscaled pools, none of it.
     plain = children({"model": {"name": "m"}})
     assert ("Service", "whisper-scaler") not in plain
-    assert (
-        "--scaler-port"
-        not in plain[("Deployment", "whisper-frontend")]["spec"]["template"]["spec"]["containers"][
-            0
-        ]["args"]
-    )
+    container = plain[("Deployment", "whisper-frontend")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert FrontendSettings.model_validate_json(container["env"][0]["value"]).peers_service is None
+    assert [p["name"] for p in container["ports"]] == ["http"]
 
 
 def test_the_target_can_be_set_and_sequential_pools_default_to_two() -> None:

@@ -37,8 +37,8 @@ from testkit.standins import (
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.chat import parse_chat
 from transcription_api.errors import APIError
+from transcription_api.frontend import WorkerTimeouts
 from transcription_api.routes import RouteTable
-from transcription_frontend.forward import WorkerTimeouts
 
 WAV = tone_wav(0.5)
 
@@ -470,7 +470,7 @@ def test_a_stream_that_stalls_ends_with_an_error_event_after_the_read_timeout(
 ) -> None:
     worker[1].chunk_delay = 3.0
     fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(worker[0].url)]),
-                  worker_timeouts=WorkerTimeouts(read=0.5))  # fmt: skip
+                  worker_timeouts=WorkerTimeouts(read_seconds=0.5))  # fmt: skip
     try:
         started = time.monotonic()
         r = post(fe, {"model": PRIMARY, "messages": messages(), "stream": True})

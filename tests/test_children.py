@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from testkit.resources import make_td
+from transcription_api.frontend import FrontendSettings
 from transcription_api.routes import RouteTable
 from transcription_api.v1alpha1 import ResourcesSpec, TranscriptionDeployment
 from transcription_api.worker import WorkerSettings
@@ -243,7 +244,11 @@ def test_api_key_secret_is_mounted_into_the_frontend() -> None:
     )
     dep = by_kind_name(build(td, CFG))[("Deployment", "whisper-frontend")]
     c = dep["spec"]["template"]["spec"]["containers"][0]
-    assert c["args"][-2:] == ["--api-keys", "/etc/transcription/api-keys/keys.txt"]
+    settings = FrontendSettings.model_validate_json(c["env"][0]["value"])
+    assert str(settings.api_keys_path) == "/etc/transcription/api-keys/keys.txt"
+    assert {"name": "api-keys", "mountPath": "/etc/transcription/api-keys", "readOnly": True} in c[
+        "volumeMounts"
+    ]
 
 
 def test_build_is_deterministic(vllm_td: TranscriptionDeployment) -> None:

@@ -5,6 +5,7 @@ die before or during their answer, hung workers, terminating endpoints, and SIGT
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -28,10 +29,10 @@ from testkit.frontend import (
     sse_events,
 )
 from testkit.frontend import pool as pool_route
+from testkit.processes import local_settings
 from testkit.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
+from transcription_api.frontend import SETTINGS_ENV, FrontendSettings, HoldLimits, WorkerTimeouts
 from transcription_api.routes import RouteTable
-from transcription_frontend.forward import WorkerTimeouts
-from transcription_frontend.hold import HoldLimits
 
 HELD = "transcription_frontend_held_requests"
 REJECTIONS = "transcription_frontend_hold_rejections_total"
@@ -103,7 +104,7 @@ def test_hold_bounds_answer_503_with_retry_after_naming_the_bound(
     pool: Callable[..., Frontend], worker: tuple[Running, Behaviour],
     ex: concurrent.futures.ThreadPoolExecutor,
 ) -> None:  # fmt: skip
-    fe = pool(hold_limits=HoldLimits(max_requests=1, max_bytes=3 * len(WAV), timeout=1.0))
+    fe = pool(hold=HoldLimits(max_requests=1, max_bytes=3 * len(WAV), timeout_seconds=1.0))
     before = {r: fe.metric(REJECTIONS, pool="batch", reason=r) for r in ("requests", "bytes", "timeout")}  # fmt: skip
     first = ex.submit(fe.post, {"model": PRIMARY})
     wait_until(lambda: fe.metric(HELD, pool="batch") == 1, what="the first request held")
@@ -134,7 +135,7 @@ def test_hold_bounds_answer_503_with_retry_after_naming_the_bound(
 def test_a_client_that_leaves_while_held_is_dropped_from_the_hold(
     pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
 ) -> None:
-    fe = pool(hold_limits=HoldLimits(max_requests=1))
+    fe = pool(hold=HoldLimits(max_requests=1))
     with pytest.raises(httpx.ReadTimeout):
         fe.post({"model": PRIMARY}, timeout=0.5)
     wait_until(lambda: fe.metric(HELD, pool="batch") == 0, what="the hold to drop the request")
@@ -229,7 +230,7 @@ def test_a_hung_worker_times_out_with_504_and_is_not_retried(
 ) -> None:
     hung = RawWorker("silent")
     try:
-        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read=1.0))
+        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read_seconds=1.0))
         started = time.monotonic()
         r = fe.post({"model": PRIMARY})
         assert 0.9 < time.monotonic() - started < 5
@@ -248,7 +249,7 @@ def test_a_stream_that_stalls_ends_with_an_error_event_after_the_read_timeout(
 ) -> None:
     hung = RawWorker("stall")
     try:
-        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read=1.0))
+        fe = pool([hung.url], worker_timeouts=WorkerTimeouts(read_seconds=1.0))
         started = time.monotonic()
         events = sse_events(fe.post({"model": PRIMARY, "stream": "true"}))
         assert 0.9 < time.monotonic() - started < 5
@@ -277,10 +278,11 @@ def test_a_terminating_endpoint_finishes_its_requests_and_gets_no_new_ones(
 # --------------------------------------------------------------------------- SIGTERM
 
 
-def run_frontend(routes: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
+def run_frontend(routes: Path, port: int, **settings: Any) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "transcription_frontend.main", "--routes", str(routes),
-         "--port", str(port), "--scaler-port", "0", "--log-level", "warning", *args],
+         "--log-level", "warning"],
+        env={**os.environ, SETTINGS_ENV: local_settings(port, **settings).to_env()},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     wait_until(lambda: _up(port), timeout=30, what="the frontend to start")
@@ -313,7 +315,7 @@ def test_sigterm_forwards_held_requests_and_finishes_those_in_flight(
     with serve(vllm_app(SERVED, slow_b)) as slow:
         routes, port = tmp_path / "routes.json", free_port()
         write_routes(routes, [])
-        proc = run_frontend(routes, port, "--shutdown-grace", "10")
+        proc = run_frontend(routes, port, shutdown_grace_seconds=10)
         try:
             url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
             held = ex.submit(httpx.post, url, files={"file": ("a.wav", WAV)},
@@ -334,7 +336,7 @@ def test_sigterm_answers_what_no_worker_takes_before_the_grace_period_ends(
 ) -> None:
     routes, port = tmp_path / "routes.json", free_port()
     write_routes(routes, [])
-    proc = run_frontend(routes, port, "--shutdown-grace", "3")
+    proc = run_frontend(routes, port, shutdown_grace_seconds=3)
     try:
         url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
         held = ex.submit(httpx.post, url, files={"file": ("a.wav", WAV)},
@@ -362,7 +364,7 @@ def test_sigterm_ends_each_kept_alive_connection_after_an_answer_never_under_a_r
     with serve(vllm_app(SERVED, Behaviour())) as worker:
         routes, port = tmp_path / "routes.json", free_port()
         write_routes(routes, [worker.url])
-        proc = run_frontend(routes, port, "--shutdown-grace", "10")
+        proc = run_frontend(routes, port, shutdown_grace_seconds=10)
         url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
         try:
             with httpx.Client(timeout=10) as http:
@@ -396,30 +398,37 @@ def test_a_busy_scaler_port_stops_the_frontend_with_a_clear_error(tmp_path: Path
         taken.listen()
         busy = taken.getsockname()[1]
         out = subprocess.run(
-            [sys.executable, "-m", "transcription_frontend.main", "--routes", str(routes),
-             "--host", "127.0.0.1", "--port", str(port), "--scaler-port", str(busy)],
+            [sys.executable, "-m", "transcription_frontend.main", "--routes", str(routes)],
+            env={**os.environ, SETTINGS_ENV: local_settings(port, scaler_port=busy).to_env()},
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert out.returncode == 3
     assert f"cannot serve KEDA's external scaler on 127.0.0.1:{busy}" in out.stderr
-    assert "--scaler-port" in out.stderr
+    assert "scaler_port" in out.stderr
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"),
-    [("--hold-timeout", "0"), ("--hold-max-requests", "-1"), ("--hold-max-bytes", "0"),
-     ("--worker-read-timeout", "0"), ("--shutdown-grace", "0")],
+    ("settings", "field"),
+    [({"hold": {"timeout_seconds": 0}}, "hold.timeout_seconds"),
+     ({"hold": {"max_requests": -1}}, "hold.max_requests"),
+     ({"hold": {"max_bytes": 0}}, "hold.max_bytes"),
+     ({"worker_timeouts": {"read_seconds": 0}}, "worker_timeouts.read_seconds"),
+     ({"shutdown_grace_seconds": 0}, "shutdown_grace_seconds")],
 )  # fmt: skip
 def test_bad_bounds_are_refused_at_start(
-    flag: str, value: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from transcription_frontend.main import parse_args
+    settings: dict[str, Any], field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from transcription_frontend.main import main
 
-    with pytest.raises(SystemExit) as e:
-        parse_args(["--routes", "r.json", flag, value])
-    assert e.value.code == 2
-    assert f"argument {flag}: must be > 0, got {value}" in capsys.readouterr().err
-    defaults = parse_args(["--routes", "r.json"])
-    assert (defaults.scaler_port, defaults.peers_service, defaults.hold_max_requests,
-            defaults.hold_max_bytes, defaults.hold_timeout, defaults.shutdown_grace) == (
-        9090, None, 100, 1024**3, 300.0, 30)  # fmt: skip
+    monkeypatch.setenv(SETTINGS_ENV, json.dumps(settings))
+    assert main(["--routes", str(tmp_path / "routes.json")]) == 2  # before the route table
+    err = capsys.readouterr().err
+    assert (
+        f"error: {SETTINGS_ENV} is not valid frontend settings: {field}: Input should be greater than"
+        in err
+    )
+    defaults = FrontendSettings()
+    assert (defaults.scaler_port, defaults.peers_service, defaults.hold.max_requests,
+            defaults.hold.max_bytes, defaults.hold.timeout_seconds,
+            defaults.shutdown_grace_seconds) == (9090, None, 100, 1024**3, 300.0, 30)  # fmt: skip

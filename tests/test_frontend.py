@@ -34,9 +34,9 @@ from testkit.standins import (
     vllm_app,
 )
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import RouteTable
 from transcription_frontend import routing
-from transcription_frontend.longaudio.settings import Chunking
 
 # --------------------------------------------------------------------------- formats
 
@@ -304,7 +304,7 @@ def test_files_over_vllms_cap_are_413_not_vllms_400(worker: tuple[Running, Behav
         pools=[pool("batch", [worker[0].url])],
         max_upload_bytes=64 * 1024 * 1024,
     )
-    fe = Frontend(table, chunking=Chunking(enabled=False))
+    fe = Frontend(table, chunking=ChunkingSpec(enabled=False))
     try:
         r = fe.post({"model": "whisper-1"}, b"RIFF" + b"\x00" * (26 * 1024 * 1024))
         assert r.status_code == 413

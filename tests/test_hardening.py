@@ -233,46 +233,6 @@ def test_an_unknown_route_is_404_without_a_model_code(frontend: Frontend) -> Non
     assert error(r)["type"] == "not_found_error"
 
 
-# --------------------------------------------------------------------------- 1: spec.frontend.limits
-
-
-def test_every_limit_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
-    from transcription_api.frontend import FrontendLimits
-    from transcription_frontend.limits import Limits, limits_of
-    from transcription_frontend.main import parse_args
-    from transcription_operator.children.frontend import LIMIT_FLAGS, limit_args
-
-    assert set(LIMIT_FLAGS) == set(FrontendLimits.model_fields)
-    assert limit_args(FrontendLimits()) == []  # defaults: the frontend's own, no flags
-    assert limits_of(parse_args(["--routes", "r.json"])) == Limits()
-    changed = FrontendLimits(
-        max_header_bytes=4096, max_headers=20, header_timeout_seconds=2.5,
-        body_timeout_seconds=7, body_min_bytes_per_second=10, idle_timeout_seconds=9,
-        max_body_bytes=123456, max_concurrency=5, max_connections=50,
-        max_realtime_sessions=3, realtime_session_seconds=60, realtime_idle_timeout_seconds=5,
-        realtime_max_append_bytes=4096,
-    )  # fmt: skip
-    limits = limits_of(parse_args(["--routes", "r.json", *limit_args(changed)]))
-    assert limits == Limits(4096, 20, 2.5, 7, 10, 9, 123456, 5, 50, 3, 60, 5, 4096)
-
-
-def test_every_chunking_setting_of_the_resource_reaches_the_frontend_as_its_flag() -> None:
-    from transcription_api.frontend import ChunkingSpec
-    from transcription_api.v1alpha1 import FrontendSpec
-    from transcription_frontend.longaudio.settings import Chunking, chunking_of
-    from transcription_frontend.main import parse_args
-    from transcription_operator.children.frontend import chunking_args
-
-    assert chunking_args(FrontendSpec()) == []  # defaults: the frontend's own, no flags
-    assert chunking_of(parse_args(["--routes", "r.json"])) == Chunking()
-    fe = FrontendSpec(max_audio_seconds=7200, chunking=ChunkingSpec(
-        enabled=False, threshold_seconds=300, max_chunk_seconds=20, max_parallel_chunks=2,
-        previous_text=True))  # fmt: skip
-    got = chunking_of(parse_args(["--routes", "r.json", *chunking_args(fe)]))
-    assert got == Chunking(enabled=False, threshold_seconds=300, max_chunk_seconds=20,
-                           max_parallel=2, previous_text=True, max_audio_seconds=7200)  # fmt: skip
-
-
 # --------------------------------------------------------------------------- 2: chat bodies
 
 

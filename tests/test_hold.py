@@ -12,11 +12,12 @@ from prometheus_client import REGISTRY
 
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.errors import APIError
+from transcription_api.frontend import HoldLimits
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend import routing
 from transcription_frontend.forward import JsonBody
-from transcription_frontend.hold import Holdable, HoldLimits, Holds
+from transcription_frontend.hold import Holdable, Holds
 from transcription_frontend.routing import Router
 
 A, B = (PoolRoute(name=n, engine=Engine.VLLM, mode=Mode.CONTINUOUS, service=f"w-{n}") for n in "ab")
@@ -182,7 +183,7 @@ def test_held_chat_bodies_count_against_the_memory_budget_not_the_disk_one() -> 
 
 def test_the_time_bound_counts_from_the_first_hold() -> None:
     async def main() -> None:
-        _router, holds = setup(timeout=0.2)
+        _router, holds = setup(timeout_seconds=0.2)
         deadline = holds.deadline()
         loop = asyncio.get_running_loop()
         started = loop.time()

@@ -24,6 +24,7 @@ from testkit.longaudio import Recording, damaged, long_recording
 from testkit.standins import VLLM, Behaviour, Running, Seen, serve, vllm_app, vllm_process
 from testkit.standins import recording as recorded
 from transcription_api.capabilities import Capability, Engine, Mode
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import RouteTable
 from transcription_frontend.longaudio.fanout import (
     PREVIOUS_WORDS,
@@ -31,7 +32,6 @@ from transcription_frontend.longaudio.fanout import (
     chained_prompt,
     runs,
 )
-from transcription_frontend.longaudio.settings import Chunking
 from transcription_frontend.routing import NoPool
 
 CHUNKS = "transcription_frontend_chunked_requests_total"
@@ -51,7 +51,7 @@ def real(cpu_worker: Running) -> Iterator[Frontend]:
     fw = pool("fw", [cpu_worker.url, cpu_worker.url.replace("127.0.0.1", "localhost")],
               engine=Engine.FASTER_WHISPER, mode=Mode.CONTINUOUS)  # fmt: skip
     table = RouteTable(model="whisper-tiny.en", aliases=["whisper-1"], pools=[fw])
-    fe = Frontend(table, chunking=Chunking(threshold_seconds=60, max_audio_seconds=3600))
+    fe = Frontend(table, chunking=ChunkingSpec(threshold_seconds=60), max_audio_seconds=3600)
     yield fe
     fe.running.stop()
 
@@ -153,7 +153,7 @@ def test_longer_than_max_audio_seconds_is_a_413_naming_it(
 ) -> None:
     fw = pool("fw", [cpu_worker.url], engine=Engine.FASTER_WHISPER)
     fe = Frontend(RouteTable(model="whisper-tiny.en", aliases=["whisper-1"], pools=[fw]),
-                  chunking=Chunking(max_audio_seconds=30))  # fmt: skip
+                  max_audio_seconds=30)  # fmt: skip
     try:
         with recording.wav.open("rb") as f, pytest.raises(openai.APIStatusError) as e:
             sdk(fe).audio.transcriptions.create(model="whisper-1", file=f)
@@ -175,7 +175,7 @@ def standins() -> Iterator[tuple[Frontend, Behaviour, Behaviour]]:
         table = RouteTable(
             model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [wa.url, wb.url])]
         )
-        fe = Frontend(table, chunking=Chunking(max_parallel=4))
+        fe = Frontend(table, chunking=ChunkingSpec(max_parallel_chunks=4))
         yield fe, a, b
         fe.running.stop()
 
@@ -228,7 +228,7 @@ def test_a_worker_killed_mid_fan_out_has_its_chunks_retried_and_the_answer_whole
             serve(vllm_app([PRIMARY, "whisper-1"], b)) as wb:  # fmt: skip
         fe = Frontend(RouteTable(model=PRIMARY, aliases=["whisper-1"],
                                  pools=[pool("batch", [doomed, wb.url])]),
-                      chunking=Chunking(max_parallel=4))  # fmt: skip
+                      chunking=ChunkingSpec(max_parallel_chunks=4))  # fmt: skip
         try:
             retries = fe.metric("transcription_frontend_retries_total", pool="batch")
             before = fe.metric("transcription_frontend_chunks_per_request_sum")  # in-process
@@ -343,7 +343,9 @@ def test_one_run_prompts_each_chunk_with_the_answer_before_it(
     worker = Behaviour(delay=0.05)
     with serve(vllm_app([PRIMARY, "whisper-1"], worker)) as w:
         table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [w.url])])
-        fe = Frontend(table, chunking=Chunking(max_parallel=1, previous_text=previous_text))
+        fe = Frontend(
+            table, chunking=ChunkingSpec(max_parallel_chunks=1, previous_text=previous_text)
+        )
         try:
             r = fe.post({"model": "whisper-1", "chunking_strategy": "auto", "prompt": "Glossary:"},
                         recording.wav.read_bytes(), timeout=120)  # fmt: skip

@@ -20,9 +20,9 @@ from testkit.frontend import PRIMARY, Frontend, pool
 from testkit.lanes import admit, watched_lane
 from testkit.longaudio import Recording, long_recording
 from testkit.standins import Behaviour, Running, serve, start, vllm_app
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import RouteTable
 from transcription_api.worker import BACKGROUND, PRIORITY_HEADER, is_background
-from transcription_frontend.longaudio.settings import Chunking
 from transcription_worker.batcher import BACKGROUND_WAIT, Job, Lane
 from transcription_worker.engine import Options, Transcriber
 from transcription_worker.main import default_model
@@ -242,7 +242,7 @@ def standin() -> Iterator[tuple[Frontend, Behaviour]]:
     worker = Behaviour()
     with serve(vllm_app([PRIMARY, "whisper-1"], worker)) as w:
         table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [w.url])])
-        fe = Frontend(table, chunking=Chunking(max_parallel=2))
+        fe = Frontend(table, chunking=ChunkingSpec(max_parallel_chunks=2))
         yield fe, worker
         fe.running.stop()
 

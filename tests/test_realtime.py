@@ -22,8 +22,8 @@ from testkit.frontend import PRIMARY, Frontend, pool
 from testkit.realtime import appends, conversation, pcm, server_event, silence, until
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import RouteTable
-from transcription_frontend.limits import Limits
 
 INTENT = {"intent": "transcription"}
 MANUAL = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
@@ -51,7 +51,8 @@ def standin(tmp_path: Path) -> Iterator[tuple[Frontend, Behaviour]]:
         table = RouteTable(
             model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker.url])]
         )
-        limits = Limits(max_sessions=2, max_append_bytes=64 * 1024, session_idle_timeout=3)
+        limits = FrontendLimits(max_realtime_sessions=2, realtime_max_append_bytes=64 * 1024,
+                                realtime_idle_timeout_seconds=3)  # fmt: skip
         fe = Frontend(table, limits=limits)
         yield fe, b
         fe.running.stop()
@@ -522,7 +523,7 @@ def test_sigterm_lets_a_turn_finish_then_closes_the_session_with_1001(
         table = RouteTable(
             model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker.url])]
         )
-        url, proc = frontend_process(table, tmp_path, ["--shutdown-grace", "10"])
+        url, proc = frontend_process(table, tmp_path, shutdown_grace_seconds=10)
         try:
 
             async def scenario() -> tuple[list[str], int | None]:

@@ -227,7 +227,7 @@ def two_frontends(slow: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, F
     """Two replicas behind the Service `whisper`, each knowing the other from its slices."""
     fes = [
         Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [slow[0].url])]),
-                 scaler_port=free_port(), scaler_host="127.0.0.1", peers_service="whisper")
+                 scaler_port=free_port(), host="127.0.0.1", peers_service="whisper")
         for _ in range(2)
     ]  # fmt: skip
     for fe in fes:
@@ -242,7 +242,7 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
     two_frontends: tuple[Frontend, Frontend], slow: tuple[Running, Behaviour]
 ) -> None:
     a, b = two_frontends
-    scalers = [Scaler(fe.gateway.scaler_port or 0) for fe in (a, b)]
+    scalers = [Scaler(fe.gateway.settings.scaler_port or 0) for fe in (a, b)]
     spec = scalers[0].get_metric_spec(ref(target="2.5"), timeout=5)
     assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in spec.metricSpecs] == [
         ("pool-batch", 2, 2.5)
@@ -288,7 +288,9 @@ def test_a_peer_that_does_not_answer_is_left_out(
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         pending = ex.submit(b.post, {"model": PRIMARY})
         wait_until(lambda: held(b) == 1, what="hold")
-        assert Scaler(a.gateway.scaler_port or 0).value(ref()) == 1  # B's, despite the dead peer
+        assert (
+            Scaler(a.gateway.settings.scaler_port or 0).value(ref()) == 1
+        )  # B's, despite the dead peer
         assert a.metric("transcription_frontend_peer_load_errors_total") >= 1
         b.endpoints("batch", [slow[0].url])
         assert pending.result(timeout=10).status_code == 200
@@ -302,7 +304,7 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
         fe.endpoints("batch", [])  # the pool is at zero
     pushed: list[tuple[float, bool]] = []
     ended: list[grpc.StatusCode] = []
-    stream = Scaler(a.gateway.scaler_port or 0).stream_is_active(ref())
+    stream = Scaler(a.gateway.settings.scaler_port or 0).stream_is_active(ref())
 
     def consume() -> None:
         try:
@@ -348,9 +350,9 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
         pool("batch", []),
         pool("words", [slow[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL),
     ])  # fmt: skip
-    fe = Frontend(table, scaler_port=free_port(), scaler_host="127.0.0.1")
+    fe = Frontend(table, scaler_port=free_port(), host="127.0.0.1")
     try:
-        s = Scaler(fe.gateway.scaler_port or 0)
+        s = Scaler(fe.gateway.settings.scaler_port or 0)
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
             served = ex.submit(fe.post, {"model": PRIMARY})
             wait_until(lambda: slow[1].in_flight == 1, what="the request at the fallback")
@@ -365,7 +367,7 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
 
 
 def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend]) -> None:
-    s = Scaler(two_frontends[0].gateway.scaler_port or 0)
+    s = Scaler(two_frontends[0].gateway.settings.scaler_port or 0)
     with pytest.raises(grpc.RpcError) as e:
         s.get_metric_spec(ref(target="zero"), timeout=5)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -25,9 +25,9 @@ from testkit.standins import (
     vllm_app,
 )
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.adapters import adapter
-from transcription_frontend.longaudio.settings import Chunking
 
 WORKER_MODEL = TRANSFORMERS_WHISPER
 
@@ -170,7 +170,7 @@ def test_audio_over_30_seconds_is_a_400_naming_the_limit_without_chunking(
     (`long_audio`): with chunking off, such audio is refused by name."""
     fe = Frontend(RouteTable(model=PRIMARY, aliases=["whisper-1"],
                              pools=[transformers_pool(worker[0].url)]),
-                  chunking=Chunking(enabled=False))  # fmt: skip
+                  chunking=ChunkingSpec(enabled=False))  # fmt: skip
     try:
         r = fe.post({"model": "whisper-1"}, file=tone_wav(45))
         assert r.status_code == 400

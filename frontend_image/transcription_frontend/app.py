@@ -89,7 +89,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
             )
         return {"status": "ready"}
 
-    if gateway.internal_port is None:  # else on its own port, off this one (load.py)
+    if gateway.settings.internal_port is None:  # else on its own port, off this one (load.py)
 
         @app.get(load.PATH, include_in_schema=False)
         async def internal_load() -> load.LoadReport:
@@ -103,7 +103,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
     def body_cap() -> int:
         return gateway.router.table.max_upload_bytes + BODY_OVERHEAD
 
-    return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.limits, body_cap))
+    return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.settings.limits, body_cap))
 
 
 class Pipelines:

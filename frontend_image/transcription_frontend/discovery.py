@@ -6,7 +6,7 @@
 - Worker endpoints are either listed in the table (`static`, for local runs) or read from
   the EndpointSlices of each pool's Service (`kubernetes`): a watch on the namespace's
   EndpointSlices, keeping the addresses that are ready and not terminating.
-- The frontend's peers (the other replicas behind its own Service, `--peers-service`)
+- The frontend's peers (the other replicas behind its own Service, the settings' `peers_service`)
   come from the same watch: they sum their load for the autoscaler (`load.py`).
 """
 

@@ -37,6 +37,7 @@ from typing import Protocol
 import aiohttp
 
 from transcription_api.errors import APIError, unavailable
+from transcription_api.frontend import WorkerTimeouts
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute
 from transcription_api.worker import BACKGROUND, PRIORITY_HEADER
@@ -190,16 +191,10 @@ CONNECT_ERRORS = (
 )
 
 
-@dataclass(frozen=True)
-class WorkerTimeouts:
-    connect: float = 3.0  # seconds to open a connection to a worker
-    read: float = 900.0  # seconds a worker may send nothing (before its answer or mid-body)
-
-
 def new_session(timeouts: WorkerTimeouts | None = None) -> aiohttp.ClientSession:
     t = timeouts or WorkerTimeouts()
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
-    timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_read=t.read)
+    timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_seconds, sock_read=t.read_seconds)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
 
 

@@ -1,5 +1,6 @@
-"""The gateway's state: the router, the held requests, the API keys, the worker client,
-and what keeps the route table, the endpoints and the peers current while it runs."""
+"""The gateway's state: its settings, the router, the held requests, the API keys, the
+worker client, and what keeps the route table, the endpoints and the peers current while
+it runs."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from typing import Any
 
 import aiohttp
 
+from transcription_api.frontend import FrontendSettings
+
 from .auth import ApiKeys
 from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
 from .events import KEYS_UNAVAILABLE, PodEvents
-from .forward import Forwarder, WorkerTimeouts, new_session
-from .hold import HoldLimits, Holds
-from .limits import Limits
+from .forward import Forwarder, new_session
+from .hold import Holds
 from .load import Load, serve_internal
-from .longaudio.settings import Chunking
 from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
@@ -33,30 +34,22 @@ log = logging.getLogger("transcription_frontend")
 @dataclass
 class Gateway:
     router: Router
-    api_keys_path: Path | None = None
+    settings: FrontendSettings = field(default_factory=FrontendSettings)  # read at start-up
     table_path: Path | None = None  # re-read when it changes
     slice_namespace: str | None = None  # watch this namespace's EndpointSlices
     kubeconfig: str | None = None
-    hold_limits: HoldLimits = field(default_factory=HoldLimits)
-    worker_timeouts: WorkerTimeouts = field(default_factory=WorkerTimeouts)
-    limits: Limits = field(default_factory=Limits)  # against hostile clients (limits.py)
-    chunking: Chunking = field(default_factory=Chunking)  # long audio (longaudio/)
-    peers_service: str | None = None  # the frontend's own Service (in slice_namespace)
-    scaler_port: int | None = None  # KEDA's external scaler (gRPC); None: off
-    scaler_host: str = "0.0.0.0"
-    # /internal/load on its own port; None: on the public app (one process, tests)
-    internal_port: int | None = None
     tracer: Tracer = field(default_factory=Tracer)  # off by default (tracing.py)
     started: int = field(default_factory=lambda: int(time.time()))
     client: aiohttp.ClientSession | None = None
 
     def __post_init__(self) -> None:
+        s = self.settings
         events = PodEvents(self.kubeconfig)
-        self.keys = ApiKeys(self.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why))
-        self.holds = Holds(self.router, self.hold_limits)
-        self.sessions = Sessions(self.limits)  # realtime (realtime/)
-        self.load = Load(self.router, self.holds, self.sessions, self.internal_port)
-        self.slices = SliceIndex(self.router, self.peers_service, self.load.peers.set_urls)
+        self.keys = ApiKeys(s.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why))
+        self.holds = Holds(self.router, s.hold)
+        self.sessions = Sessions(s.limits)  # realtime (realtime/)
+        self.load = Load(self.router, self.holds, self.sessions, s.internal_port)
+        self.slices = SliceIndex(self.router, s.peers_service, self.load.peers.set_urls)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -88,16 +81,16 @@ class Gateway:
                 self.slices, self.slice_namespace, self.kubeconfig, self.loop
             )
             watcher.start()
-        async with new_session(self.worker_timeouts) as client:
+        s = self.settings
+        async with new_session(s.worker_timeouts) as client:
             self.client = client
             self.load.peers.client = client
             scaler = internal = None
             try:
-                if self.scaler_port is not None:
-                    scaler = await serve_scaler(self.load, self.router, self.scaler_host,
-                                                self.scaler_port)  # fmt: skip
-                if self.internal_port is not None:
-                    internal = await serve_internal(self.load, self.scaler_host, self.internal_port)
+                if s.scaler_port is not None:
+                    scaler = await serve_scaler(self.load, self.router, s.host, s.scaler_port)
+                if s.internal_port is not None:
+                    internal = await serve_internal(self.load, s.host, s.internal_port)
                 yield
             finally:
                 if scaler is not None:

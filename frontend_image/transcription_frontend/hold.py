@@ -7,11 +7,11 @@ spooled by the multipart parser; a held one is moved to disk, so holding costs n
 A chat request's JSON body (at most the upload limit) stays in memory while held.
 
 Holding is bounded, and past a bound the request gets 503 with `Retry-After`, in OpenAI's
-shape, with a message naming the bound:
+shape, with a message naming the bound (`HoldLimits`, in the frontend's settings):
 - requests held per pool (`max_requests`),
 - bytes of held uploads, all pools together (`max_bytes`, on disk), and of held chat
   bodies (`max_memory_bytes`, in memory),
-- time a request may wait in all (`timeout`), and the shutdown grace period: a frontend
+- time a request may wait in all (`timeout_seconds`), and the shutdown grace period: a frontend
   that is stopping answers what it still holds before it exits.
 
 A held request counts for the pool it would go to first; `on_hold` listeners (the KEDA
@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from transcription_api.errors import APIError, unavailable
+from transcription_api.frontend import HoldLimits
 from transcription_api.routes import PoolRoute
 
 from . import metrics
@@ -49,14 +49,6 @@ class Holdable(Protocol):
     in_memory: bool
 
     def to_disk(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class HoldLimits:
-    max_requests: int = 100  # per pool
-    max_bytes: int = 1024**3  # held uploads (on disk), all pools together
-    timeout: float = 300.0  # seconds one request may be held, in all
-    max_memory_bytes: int = 64 * 1024**2  # held chat bodies (in memory), all pools together
 
 
 class Holds:
@@ -81,7 +73,7 @@ class Holds:
 
     def deadline(self) -> float:
         """The loop time by which a request whose first hold starts now must be forwarded."""
-        return asyncio.get_running_loop().time() + self.limits.timeout
+        return asyncio.get_running_loop().time() + self.limits.timeout_seconds
 
     async def wait(self, pools: list[PoolRoute], upload: Holdable, deadline: float) -> None:
         """Wait until one of `pools` may have an endpoint to try; 503 past a bound."""
@@ -174,8 +166,8 @@ class Holds:
             return self._shutting_down(pool)
         return self._reject(
             pool, "timeout",
-            f"pool {pool} had no ready worker within {self.limits.timeout:g} s, the limit of "
-            "time a request is held while its pool scales up; retry later",
+            f"pool {pool} had no ready worker within {self.limits.timeout_seconds:g} s, the "
+            "limit of time a request is held while its pool scales up; retry later",
         )  # fmt: skip
 
     def _shutting_down(self, pool: str) -> APIError:

@@ -1,6 +1,6 @@
 """Bounded resources per connection and per process, against clients that would exhaust
-the gateway (issue 25): every limit here has a default, a flag (main.py) and a field in
-`spec.frontend`.
+the gateway (issue 25): every limit here is a field of `FrontendLimits`, the frontend's
+settings and the resource's `spec.frontend.limits` alike.
 
 What uvicorn gives, and what it does not:
 - httptools (uvicorn's default parser, kept for its speed) has no header size limit: the
@@ -8,7 +8,7 @@ What uvicorn gives, and what it does not:
   size and more. h11 mode bounds it (`h11_max_incomplete_event_size`), but neither mode
   times out an unfinished header, nor counts headers.
 - `timeout_keep_alive` closes idle connections between requests only: it is the idle
-  timeout here (`idle_timeout`).
+  timeout here (`idle_timeout_seconds`).
 - `limit_concurrency` counts connections and tasks and answers a plain-text 503 without
   `Retry-After`: it is the connection backstop here (`max_connections`), not the request
   limit.
@@ -17,11 +17,11 @@ What uvicorn gives, and what it does not:
 So two small guards:
 - `guarded_protocol(limits)`: uvicorn's httptools protocol, counting a request's header
   bytes (before the parser sees them) and headers, and timing out headers that do not
-  arrive whole within `header_timeout`: 431 or 408, and the connection is closed.
+  arrive whole within `header_timeout_seconds`: 431 or 408, and the connection is closed.
 - `Guard`, an ASGI middleware: requests in flight per process (more: 503 with
   `Retry-After`; probes and metrics are exempt), a cap on the whole body, and a body read
-  timeout by byte rate (`body_timeout` seconds without a byte, or an average below
-  `body_min_rate` bytes/s once `body_timeout` seconds have passed): slow but honest
+  timeout by byte rate (`body_timeout_seconds` without a byte, or an average below
+  `body_min_bytes_per_second` once `body_timeout_seconds` have passed): slow but honest
   uploads over bad links still get through.
 """
 
@@ -31,8 +31,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import httptools
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,27 +47,6 @@ log = logging.getLogger("transcription_frontend.limits")
 EXEMPT = frozenset({"/health", "/ready", "/metrics"})
 
 
-_D = FrontendLimits()  # the defaults: the resource's (spec.frontend.limits)
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_header_bytes: int = _D.max_header_bytes  # the request line and all headers
-    max_headers: int = _D.max_headers
-    header_timeout: float = _D.header_timeout_seconds  # for a request's headers, whole
-    body_timeout: float = _D.body_timeout_seconds  # seconds a body may send nothing
-    body_min_rate: int = _D.body_min_bytes_per_second  # averaged, once body_timeout passed
-    idle_timeout: int = _D.idle_timeout_seconds  # between requests
-    max_body_bytes: int | None = _D.max_body_bytes  # None: the upload limit + 1 MiB
-    max_concurrency: int = _D.max_concurrency  # requests in flight per process; more: 503
-    max_connections: int = _D.max_connections  # open connections; more: uvicorn's 503
-    # realtime sessions (realtime/): open per process, their length, idle time, one append
-    max_sessions: int = _D.max_realtime_sessions
-    session_seconds: float = _D.realtime_session_seconds
-    session_idle_timeout: float = _D.realtime_idle_timeout_seconds
-    max_append_bytes: int = _D.realtime_max_append_bytes
-
-
 def _refusal(status: int, message: str, code: str) -> bytes:
     """A whole HTTP/1.1 response (the protocol answers before any ASGI app runs)."""
     body = APIError(status, message, code=code).body()
@@ -83,7 +60,7 @@ def _refusal(status: int, message: str, code: str) -> bytes:
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header limits (see the module's docstring)."""
 
-    limits: Limits = Limits()
+    limits: FrontendLimits = FrontendLimits()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -97,7 +74,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _arm(self) -> None:
         if self._header_timer is None:
             self._header_timer = self.loop.call_later(
-                self.limits.header_timeout, self._headers_too_slow
+                self.limits.header_timeout_seconds, self._headers_too_slow
             )
 
     def _disarm(self) -> None:
@@ -117,7 +94,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._in_headers:
             self._refuse(
                 408,
-                f"the request's headers did not arrive within {self.limits.header_timeout:g}s",
+                "the request's headers did not arrive within "
+                f"{self.limits.header_timeout_seconds:g}s",
                 "header_timeout",
             )
 
@@ -175,7 +153,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
 
-def guarded_protocol(limits: Limits) -> type[GuardedHttpToolsProtocol]:
+def guarded_protocol(limits: FrontendLimits) -> type[GuardedHttpToolsProtocol]:
     """The protocol class for uvicorn's `http=`, with these limits."""
     return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"limits": limits})
 
@@ -183,7 +161,7 @@ def guarded_protocol(limits: Limits) -> type[GuardedHttpToolsProtocol]:
 class Guard:
     """Requests in flight, the whole body's size and its byte rate (module docstring)."""
 
-    def __init__(self, app: ASGIApp, limits: Limits, body_cap: Callable[[], int]) -> None:
+    def __init__(self, app: ASGIApp, limits: FrontendLimits, body_cap: Callable[[], int]) -> None:
         self.app = app
         self.limits = limits
         self.body_cap = body_cap
@@ -221,10 +199,12 @@ class Guard:
             if done:  # the body is whole: waiting for a disconnect is not reading it
                 return await receive()
             try:
-                async with asyncio.timeout(limits.body_timeout):  # no task per chunk
+                async with asyncio.timeout(limits.body_timeout_seconds):  # no task per chunk
                     message = await receive()
             except TimeoutError:
-                raise _slow(f"no byte of the request body for {limits.body_timeout:g}s") from None
+                raise _slow(
+                    f"no byte of the request body for {limits.body_timeout_seconds:g}s"
+                ) from None
             if message["type"] != "http.request":
                 done = True
                 return message
@@ -238,8 +218,9 @@ class Guard:
                     headers={"Connection": "close"},
                 )
             elapsed = time.monotonic() - started
-            if not done and elapsed > limits.body_timeout and got / elapsed < limits.body_min_rate:
-                raise _slow(f"the request body arrives slower than {limits.body_min_rate} bytes/s")
+            rate = limits.body_min_bytes_per_second
+            if not done and elapsed > limits.body_timeout_seconds and got / elapsed < rate:
+                raise _slow(f"the request body arrives slower than {rate} bytes/s")
             return message
 
         return guarded
@@ -247,82 +228,3 @@ class Guard:
 
 def _slow(message: str) -> APIError:
     return APIError(408, message, code="body_timeout", headers={"Connection": "close"})
-
-
-def limits_args(parser: Any) -> None:
-    """The flags of every limit (main.py), their defaults these."""
-    d = Limits()
-    g = parser.add_argument_group("limits against hostile clients (docs/security.md)")
-    g.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=d.max_header_bytes,
-        help="bytes of a request's line and headers; more: 431",
-    )
-    g.add_argument(
-        "--max-headers", type=int, default=d.max_headers, help="headers per request; more: 431"
-    )
-    g.add_argument(
-        "--header-timeout",
-        type=float,
-        default=d.header_timeout,
-        help="seconds for a request's headers to arrive whole; then 408",
-    )
-    g.add_argument(
-        "--body-timeout",
-        type=float,
-        default=d.body_timeout,
-        help="seconds a request body may send nothing; then 408",
-    )
-    g.add_argument(
-        "--body-min-rate",
-        type=int,
-        default=d.body_min_rate,
-        help="bytes/s a body must average once --body-timeout seconds passed",
-    )
-    g.add_argument(
-        "--idle-timeout",
-        type=int,
-        default=d.idle_timeout,
-        help="seconds a connection may idle between requests",
-    )
-    g.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=None,
-        help="bytes of a whole request body; default: the upload limit + 1 MiB",
-    )
-    g.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=d.max_concurrency,
-        help="requests in flight per process; more: 503 with Retry-After",
-    )
-    g.add_argument("--max-connections", type=int, default=d.max_connections,
-                   help="open connections per process; more: 503")  # fmt: skip
-    g.add_argument("--max-realtime-sessions", type=int, default=d.max_sessions,
-                   help="realtime sessions open per process; more: 503")  # fmt: skip
-    g.add_argument("--realtime-session-seconds", type=float, default=d.session_seconds,
-                   help="longest a realtime session lasts")  # fmt: skip
-    g.add_argument("--realtime-idle-timeout", type=float, default=d.session_idle_timeout,
-                   help="seconds a realtime session may receive no client event")  # fmt: skip
-    g.add_argument("--realtime-max-append-bytes", type=int, default=d.max_append_bytes,
-                   help="audio bytes in one input_audio_buffer.append")  # fmt: skip
-
-
-def limits_of(args: Any) -> Limits:
-    return Limits(
-        max_header_bytes=args.max_header_bytes,
-        max_headers=args.max_headers,
-        header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout,
-        body_min_rate=args.body_min_rate,
-        idle_timeout=args.idle_timeout,
-        max_body_bytes=args.max_body_bytes,
-        max_concurrency=args.max_concurrency,
-        max_connections=args.max_connections,
-        max_sessions=args.max_realtime_sessions,
-        session_seconds=args.realtime_session_seconds,
-        session_idle_timeout=args.realtime_idle_timeout,
-        max_append_bytes=args.realtime_max_append_bytes,
-    )

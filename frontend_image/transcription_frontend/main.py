@@ -1,8 +1,13 @@
 """`transcription-frontend`: run the gateway.
 
-transcription-frontend --routes routes.json                      static endpoints
-transcription-frontend --routes /etc/transcription/routes.json --discovery kubernetes \
-    --peers-service whisper
+    transcription-frontend --routes routes.json                      static endpoints
+    transcription-frontend --routes routes.json --settings frontend.json
+
+Everything but the route table comes from the frontend's settings (FrontendSettings, in
+transcription_api.frontend): the JSON in --settings FILE, else in the
+TRANSCRIPTION_FRONTEND_SETTINGS environment variable (the operator writes it into the
+pod), else every default (port 8080, endpoints from the route table, ...). E.g.
+{"port": 8081, "scaler_port": null, "limits": {"max_concurrency": 64}}.
 
 Tracing is on when OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set,
 exporting over OTLP/HTTP; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and
@@ -17,134 +22,51 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from transcription_api.frontend import SETTINGS_ENV, Discovery, FrontendSettings, SettingsError
+from transcription_api.routes import RouteTable
+
 from .app import Gateway, create_app
 from .discovery import load_table
-from .forward import WorkerTimeouts
-from .hold import HoldLimits
-from .limits import guarded_protocol, limits_args, limits_of
-from .longaudio.settings import chunking_args, chunking_of
+from .limits import guarded_protocol
 from .routing import Router
 from .tracing import TracingSettings, setup
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="transcription-frontend", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="transcription-frontend",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--routes", type=Path, required=True, help="route table (JSON) path")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8080)
     p.add_argument(
-        "--discovery",
-        choices=["static", "kubernetes"],
-        default="static",
-        help="worker endpoints from the route table (static) or from EndpointSlices",
+        "--settings",
+        type=Path,
+        help=f"frontend settings (JSON) path; default: ${SETTINGS_ENV}, else every default",
     )
     p.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE"),
-        help="namespace of the pool Services (default: the route table's)",
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="the cluster to discover endpoints in, from outside it (default: in-cluster)",
     )
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    p.add_argument(
-        "--balancer",
-        choices=["least-in-flight", "round-robin"],
-        default="least-in-flight",
-        help="endpoint choice within a pool",
-    )
-    p.add_argument("--api-keys", type=Path, help="file with accepted API keys, one per line")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
-    scale = p.add_argument_group("autoscaling and scale from zero")
-    scale.add_argument(
-        "--scaler-port",
-        type=int,
-        default=9090,
-        help="port of KEDA's external scaler (gRPC externalscaler.ExternalScaler); 0: off",
-    )
-    scale.add_argument(
-        "--internal-port",
-        type=int,
-        default=9091,
-        help="port of /internal/load (each replica's load, for its peers), off the public "
-        "port; 0: served on the public port (one process, development)",
-    )
-    scale.add_argument(
-        "--peers-service",
-        help="the frontend's own Service: its other endpoints' load is summed into the "
-        "scaler's metric (with --discovery kubernetes; else this replica's load is the total)",
-    )
-    d = HoldLimits()
-    scale.add_argument(
-        "--hold-max-requests",
-        type=positive_int,
-        default=d.max_requests,
-        help="requests held per pool while it has no ready worker; more get 503",
-    )
-    scale.add_argument(
-        "--hold-max-bytes",
-        type=positive_int,
-        default=d.max_bytes,
-        help="bytes of held uploads (spooled to disk), all pools together; more get 503",
-    )
-    scale.add_argument(
-        "--hold-max-memory-bytes",
-        type=positive_int,
-        default=d.max_memory_bytes,
-        help="bytes of held chat bodies (in memory), all pools together; more get 503",
-    )
-    scale.add_argument(
-        "--hold-timeout",
-        type=positive_float,
-        default=d.timeout,
-        help="seconds a request may be held before it gets 503",
-    )
-    t = WorkerTimeouts()
-    faults = p.add_argument_group("faults and shutdown")
-    faults.add_argument(
-        "--worker-connect-timeout",
-        type=positive_float,
-        default=t.connect,
-        help="seconds to connect to a worker before trying another",
-    )
-    faults.add_argument(
-        "--worker-read-timeout",
-        type=positive_float,
-        default=t.read,
-        help="seconds a worker may send nothing (before or during its answer): then 504",
-    )
-    faults.add_argument(
-        "--shutdown-grace",
-        type=positive_int,
-        default=30,
-        help="on SIGTERM: seconds for requests in flight and held to finish, after up to 5 s in "
-        "which kept-alive connections end after an answer (keep both below the pod's "
-        "terminationGracePeriodSeconds minus its preStop delay)",
-    )
-    limits_args(p)
-    chunking_args(p)
     return p.parse_args(argv)
 
 
+def load_settings(path: Path | None, environ: Mapping[str, str]) -> FrontendSettings:
+    """The settings of --settings FILE, else of the environment variable, else defaults."""
+    return FrontendSettings.from_file(path) if path else FrontendSettings.from_env(environ)
+
+
 # After SIGTERM, how long kept-alive connections have to bring one more request, answered
-# with `Connection: close`, before the rest are closed (part of --shutdown-grace).
+# with `Connection: close`, before the rest are closed (part of the shutdown grace).
 KEEP_ALIVE_DRAIN = 5.0
 
 
@@ -212,54 +134,58 @@ def _idle(connection: Any) -> bool:
     return cycle is None or bool(cycle.response_complete)
 
 
+def gateway_of(
+    settings: FrontendSettings, table: RouteTable, table_path: Path, kubeconfig: str | None,
+    environ: Mapping[str, str],
+) -> Gateway:  # fmt: skip
+    """The gateway these settings describe, on this route table."""
+    namespace = settings.namespace or environ.get("POD_NAMESPACE") or table.namespace
+    return Gateway(
+        router=Router(table, policy=settings.balancer.value),
+        settings=settings,
+        table_path=table_path,
+        slice_namespace=namespace if settings.discovery == Discovery.KUBERNETES else None,
+        kubeconfig=kubeconfig,
+        tracer=setup(TracingSettings.from_env(environ)),
+    )
+
+
+def config_of(settings: FrontendSettings, app: ASGIApp, log_level: str) -> uvicorn.Config:
+    """uvicorn's configuration: the address, the shutdown grace and the connection limits."""
+    limits = settings.limits
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+        http=guarded_protocol(limits),
+        timeout_keep_alive=limits.idle_timeout_seconds,
+        limit_concurrency=limits.max_connections,
+        # a WebSocket message: the largest append, base64-encoded, and its JSON around it
+        ws_max_size=limits.realtime_max_append_bytes * 4 // 3 + 64 * 1024,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        settings = load_settings(args.settings, os.environ)
+    except SettingsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
         table = load_table(args.routes)
     except (OSError, ValueError) as e:
         print(f"error: cannot read the route table {args.routes}: {e}", file=sys.stderr)
         return 2
-    limits = limits_of(args)
-    gateway = Gateway(
-        router=Router(table, policy=args.balancer),
-        api_keys_path=args.api_keys,
-        table_path=args.routes,
-        slice_namespace=(args.namespace or table.namespace)
-        if args.discovery == "kubernetes"
-        else None,
-        kubeconfig=args.kubeconfig,
-        hold_limits=HoldLimits(
-            args.hold_max_requests,
-            args.hold_max_bytes,
-            args.hold_timeout,
-            max_memory_bytes=args.hold_max_memory_bytes,
-        ),
-        worker_timeouts=WorkerTimeouts(args.worker_connect_timeout, args.worker_read_timeout),
-        peers_service=args.peers_service,
-        scaler_port=args.scaler_port or None,
-        scaler_host=args.host,
-        internal_port=args.internal_port or None,
-        limits=limits,
-        chunking=chunking_of(args),
-        tracer=setup(TracingSettings.from_env(os.environ)),
-    )
+    gateway = gateway_of(settings, table, args.routes, args.kubeconfig, os.environ)
     drain = CloseWhenDraining(create_app(gateway))
-    config = uvicorn.Config(
-        drain,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=args.shutdown_grace,
-        http=guarded_protocol(limits),
-        timeout_keep_alive=limits.idle_timeout,
-        limit_concurrency=limits.max_connections,
-        # a WebSocket message: the largest append, base64-encoded, and its JSON around it
-        ws_max_size=limits.max_append_bytes * 4 // 3 + 64 * 1024,
-    )
+    config = config_of(settings, drain, args.log_level)
     server = Server(config, gateway, drain)
     server.run()
     return 0 if server.started else 3  # 3: startup failed (uvicorn's code; logged above)

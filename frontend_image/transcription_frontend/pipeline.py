@@ -181,11 +181,12 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             keywords=bool(request.keywords),
             logprobs=request.logprobs,
         )
-        cfg = ex.gw.chunking
-        if cfg.max_audio_seconds is not None and (audio.seconds or 0) > cfg.max_audio_seconds:
-            raise too_long(audio.seconds or 0, cfg.max_audio_seconds)
-        strategy = plan(cfg, parse_chunking(upload.fields), audio, upload.size, ex.gw.router,
-                        needs)  # fmt: skip
+        settings = ex.gw.settings
+        longest = settings.max_audio_seconds
+        if longest is not None and (audio.seconds or 0) > longest:
+            raise too_long(audio.seconds or 0, longest)
+        strategy = plan(settings.chunking, parse_chunking(upload.fields), audio, upload.size,
+                        ex.gw.router, needs)  # fmt: skip
         if strategy is not None:  # long audio: cut, fanned out, stitched (longaudio/)
             ex.obs.pool = "chunked"
             async with cancel_on_disconnect(ex.receive, ex.answered):

@@ -1,4 +1,4 @@
-"""KEDA's external scaler, served by the frontend over gRPC (`--scaler-port`, 9090).
+"""KEDA's external scaler, served by the frontend over gRPC (the settings' `scaler_port`, 9090).
 
 A ScaledObject per pool points its `external-push` trigger at the frontend Service
 (`scalerAddress: <service>.<namespace>:9090`), with this metadata:
@@ -183,7 +183,7 @@ async def serve_scaler(load: Load, router: Router, host: str, port: int) -> grpc
     except RuntimeError as e:
         raise RuntimeError(
             f"cannot serve KEDA's external scaler on {address} ({e}): is the port in use? "
-            "Choose another with --scaler-port, or 0 to turn the scaler off"
+            "Choose another (the frontend settings' scaler_port), or null to turn the scaler off"
         ) from e
     await server.start()
     log.info("KEDA external scaler (gRPC %s) on %s", SERVICE.full_name, address)

@@ -45,7 +45,7 @@ def worker_failed(pool: PoolRoute, what: str) -> APIError:
     )
 
 
-# aiohttp's read timeout (--worker-read-timeout), or the connection broke.
+# aiohttp's read timeout (the settings' `worker_timeouts.read_seconds`), or the connection broke.
 STREAM_ERRORS = (TimeoutError, *CONNECT_ERRORS)
 
 

@@ -8,13 +8,13 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
    `max_chunk_seconds` (cut.py);
 3. each chunk, as 16 kHz FLAC, is a request of its own into the pipeline (subrequest.py):
    the pool's least-loaded ready worker takes it, a worker that fails before answering is
-   replaced by another, a pool at zero is woken and the chunk held; at most `max_parallel`
-   chunks of a request run at once, each marked background work (`PRIORITY_HEADER`): a
-   faster-whisper worker decodes interactive requests' windows first. With
-   `previous_text` (Whisper pools), the chunks form `max_parallel` runs of consecutive
-   chunks: each run goes in order, each chunk prompted with the text of the one before it
-   (after the client's own prompt), as Whisper conditions each window on the text before
-   it inside one file;
+   replaced by another, a pool at zero is woken and the chunk held; at most
+   `max_parallel_chunks` chunks of a request run at once, each marked background work
+   (`PRIORITY_HEADER`): a faster-whisper worker decodes interactive requests' windows
+   first. With `previous_text` (Whisper pools), the chunks form `max_parallel_chunks` runs
+   of consecutive chunks: each run goes in order, each chunk prompted with the text of the
+   one before it (after the client's own prompt), as Whisper conditions each window on the
+   text before it inside one file;
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
    each chunk's text as soon as it and every chunk before it are done.
 A client that disconnects cancels every chunk still running; a chunk that fails fails the
@@ -36,6 +36,7 @@ from transcription_api import sse
 from transcription_api.capabilities import Capability, ModelFamily
 from transcription_api.chunking import FIELD, ChunkingStrategy
 from transcription_api.errors import APIError
+from transcription_api.frontend import ChunkingSpec
 from transcription_api.multipart import Upload
 from transcription_api.openai import (
     SEGMENT_FORMATS,
@@ -55,7 +56,6 @@ from ..routing import NoPool, Router
 from ..sniff import AudioInfo
 from ..subrequest import Caller, Pipeline, post
 from ..tracing import Span, context_of
-from .settings import Chunking
 from .stitch import logprobs, stitch
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ PREVIOUS_WORDS = 100
 
 
 def plan(
-    cfg: Chunking, strategy: ChunkingStrategy | None, audio: AudioInfo, size: int,
+    cfg: ChunkingSpec, strategy: ChunkingStrategy | None, audio: AudioInfo, size: int,
     router: Router, needs: frozenset[Capability],
 ) -> ChunkingStrategy | None:  # fmt: skip
     """How to chunk this request, or None to send it whole."""
@@ -91,7 +91,7 @@ def plan(
     return None
 
 
-def chunk_seconds(cfg: Chunking, pools: list[PoolRoute] | NoPool) -> float:
+def chunk_seconds(cfg: ChunkingSpec, pools: list[PoolRoute] | NoPool) -> float:
     """The longest chunk: the setting, and no longer than a pool's engine takes whole."""
     limits = [cfg.max_chunk_seconds]
     if not isinstance(pools, NoPool):
@@ -154,7 +154,7 @@ async def transcribe_long(
     """The whole answer (or stream) of a chunked request."""
     from .cut import CorruptAudio, decode
 
-    cfg: Chunking = gw.chunking
+    cfg: ChunkingSpec = gw.settings.chunking
     assert upload.file is not None
     upload.file.seek(0)
     with gw.tracer.span("longaudio.cut") as span:
@@ -164,7 +164,8 @@ async def transcribe_long(
             raise APIError(400, str(e), param="file", code="invalid_audio") from None
         span.set("transcription.audio.seconds", round(decoded.seconds, 3))
         try:
-            chunks = await _cuts(cfg, gw.router, decoded, strategy, needs)
+            chunks = await _cuts(cfg, gw.settings.max_audio_seconds, gw.router, decoded, strategy,
+                                 needs)  # fmt: skip
         except BaseException:
             decoded.close()
             raise
@@ -177,8 +178,8 @@ async def transcribe_long(
         caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
         fields = chunk_fields(upload.fields, request)
         chained = cfg.previous_text and _whisper_only(gw.router.candidates(needs, 0))
-        runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller, cfg.max_parallel,
-                         chained)  # fmt: skip
+        runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller,
+                         cfg.max_parallel_chunks, chained)  # fmt: skip
         if request.stream:
             return Reply(200, sse.MEDIA_TYPE, stream=_stream(runner, decoded),
                          headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
@@ -194,14 +195,14 @@ async def transcribe_long(
 
 
 async def _cuts(
-    cfg: Chunking, router: Router, decoded: Decoded, strategy: ChunkingStrategy,
-    needs: frozenset[Capability],
+    cfg: ChunkingSpec, max_audio_seconds: float | None, router: Router, decoded: Decoded,
+    strategy: ChunkingStrategy, needs: frozenset[Capability],
 ) -> list[Chunk]:  # fmt: skip
     """Where the decoded audio is cut (413 past the deployment's longest audio)."""
     from .cut import ChunkSettings, find_cuts
 
-    if cfg.max_audio_seconds is not None and decoded.seconds > cfg.max_audio_seconds:
-        raise too_long(decoded.seconds, cfg.max_audio_seconds)
+    if max_audio_seconds is not None and decoded.seconds > max_audio_seconds:
+        raise too_long(decoded.seconds, max_audio_seconds)
     longest = chunk_seconds(cfg, router.candidates(needs, 0))
     settings = ChunkSettings(
         max_chunk_seconds=longest,

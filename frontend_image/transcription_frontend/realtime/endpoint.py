@@ -8,9 +8,10 @@ and the replica's session limit. A refusal is an HTTP answer in OpenAI's error s
 
 After it: one Session (session.py), fed one client event at a time. A bad event gets an
 `error` event naming the field, and the session lives on. The session ends when the client
-closes, when it has sent nothing for `idle_timeout` seconds, when it has lasted
-`session_seconds`, or when the replica drains (close code 1001, "going away", which the SDK
-reconnects from, after the turns being transcribed have ended).
+closes, when it has sent nothing for `realtime_idle_timeout_seconds`, when it has lasted
+`realtime_session_seconds` (the frontend's limits), or when the replica drains (close code
+1001, "going away", which the SDK reconnects from, after the turns being transcribed have
+ended).
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ async def refuse(scope: Scope, send: Send, error: APIError) -> None:
 async def _read(ws: WebSocket, session: Session, sessions: Sessions) -> int:
     """Client events until the session ends; the close code to send (0: the client left)."""
     limits = sessions.limits
-    ends = time.monotonic() + limits.session_seconds
+    ends = time.monotonic() + limits.realtime_session_seconds
     while True:
-        wait = min(limits.session_idle_timeout, ends - time.monotonic())
+        wait = min(limits.realtime_idle_timeout_seconds, ends - time.monotonic())
         receive = asyncio.ensure_future(ws.receive())
         closing = asyncio.ensure_future(sessions.closing.wait())
         done, _ = await asyncio.wait({receive, closing}, timeout=max(wait, 0),
@@ -141,10 +142,10 @@ async def _read(ws: WebSocket, session: Session, sessions: Sessions) -> int:
                 return GOING_AWAY
             expired = time.monotonic() >= ends
             why = (
-                f"Your session hit its maximum duration of {limits.session_seconds:g} s."
+                f"Your session hit its maximum duration of {limits.realtime_session_seconds:g} s."
                 if expired
-                else f"No event from the client for {limits.session_idle_timeout:g} s: the "
-                "session ends."
+                else "No event from the client for "
+                f"{limits.realtime_idle_timeout_seconds:g} s: the session ends."
             )
             code = "session_expired" if expired else "session_idle_timeout"
             await session.emit(ErrorEvent(error=ErrorBody(message=why, code=code)))

@@ -85,7 +85,7 @@ class Session:
         client: tuple[str, int] | None = None, request_id: str = "",
         model: str | None = None, trace: Parent | None = None,
     ) -> None:  # fmt: skip
-        self.gw, self.emit, self.limits = gw, emit, gw.limits
+        self.gw, self.emit, self.limits = gw, emit, gw.settings.limits
         self.trace = trace  # the upgrade's traceparent: each turn's span is its child
         self.authorization = authorization
         self.caller = Caller(authorization, client, request_id)
@@ -200,10 +200,10 @@ class Session:
         except (binascii.Error, ValueError):
             raise EventError("'audio' is not valid base64.", code="invalid_value", param="audio",
                              event_id=event.event_id) from None  # fmt: skip
-        if len(raw) > self.limits.max_append_bytes:
+        if len(raw) > self.limits.realtime_max_append_bytes:
             raise EventError(
-                f"An append may carry at most {self.limits.max_append_bytes} bytes of audio; "
-                f"this one has {len(raw)}. Send smaller appends.",
+                f"An append may carry at most {self.limits.realtime_max_append_bytes} bytes of "
+                f"audio; this one has {len(raw)}. Send smaller appends.",
                 code="append_too_large", param="audio", event_id=event.event_id,
             )  # fmt: skip
         fmt = self.config.input.format.type

@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable
 
 from transcription_api.errors import APIError
-
-from ..limits import Limits
+from transcription_api.frontend import FrontendLimits
 
 
 class Sessions:
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: FrontendLimits) -> None:
         self.limits = limits
         self.open: dict[object, str | None] = {}  # each session, and the pool it uses
         self.closing = asyncio.Event()
@@ -45,11 +44,11 @@ class Sessions:
                 503, "This gateway replica is shutting down; reconnect.", code="draining",
                 headers={"Retry-After": "1"},
             )  # fmt: skip
-        if len(self.open) >= self.limits.max_sessions:
+        if len(self.open) >= self.limits.max_realtime_sessions:
             return "limit", APIError(
                 503,
-                f"This gateway replica is at its limit of {self.limits.max_sessions} realtime "
-                "sessions; retry shortly.",
+                "This gateway replica is at its limit of "
+                f"{self.limits.max_realtime_sessions} realtime sessions; retry shortly.",
                 code="too_many_sessions", headers={"Retry-After": "1"},
             )  # fmt: skip
         return "", None

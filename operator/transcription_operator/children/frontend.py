@@ -8,11 +8,12 @@ from transcription_api.frontend import (
     FRONTEND_PORT,
     INTERNAL_PORT,
     SCALER_PORT,
-    ChunkingSpec,
-    FrontendLimits,
+    SETTINGS_ENV,
+    Discovery,
+    FrontendSettings,
 )
 from transcription_api.routes import ROUTES_KEY
-from transcription_api.v1alpha1 import FrontendSpec, TranscriptionDeployment
+from transcription_api.v1alpha1 import TranscriptionDeployment
 
 from ..config import FRONTEND_IMAGE, OperatorConfig
 from ..names import frontend_name, frontend_service_name, routes_name, selector
@@ -28,8 +29,6 @@ from .pods import (
 from .tracing import tracing_env
 
 ROUTES_MOUNT = "/etc/transcription"
-
-
 API_KEYS_MOUNT = "/etc/transcription/api-keys"
 
 
@@ -39,69 +38,31 @@ def endpoint_url(td: TranscriptionDeployment, cfg: OperatorConfig) -> str:
     return f"http://{frontend_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}{port}/v1"
 
 
-LIMIT_FLAGS = {  # spec.frontend.limits -> the frontend's flags (transcription_frontend/limits.py)
-    "max_header_bytes": "--max-header-bytes",
-    "max_headers": "--max-headers",
-    "header_timeout_seconds": "--header-timeout",
-    "body_timeout_seconds": "--body-timeout",
-    "body_min_bytes_per_second": "--body-min-rate",
-    "idle_timeout_seconds": "--idle-timeout",
-    "max_body_bytes": "--max-body-bytes",
-    "max_concurrency": "--max-concurrency",
-    "max_connections": "--max-connections",
-    "max_realtime_sessions": "--max-realtime-sessions",
-    "realtime_session_seconds": "--realtime-session-seconds",
-    "realtime_idle_timeout_seconds": "--realtime-idle-timeout",
-    "realtime_max_append_bytes": "--realtime-max-append-bytes",
-}
-
-
-def chunking_args(fe: FrontendSpec) -> list[str]:
-    """The frontend's long-audio flags, for settings away from their defaults."""
-    c, d = fe.chunking, ChunkingSpec()
-    args = ["--no-chunking"] if not c.enabled else []
-    for value, default, flag in (
-        (c.threshold_seconds, d.threshold_seconds, "--chunk-threshold"),
-        (c.max_chunk_seconds, d.max_chunk_seconds, "--max-chunk-seconds"),
-        (c.max_parallel_chunks, d.max_parallel_chunks, "--max-parallel-chunks"),
-    ):
-        if value != default:
-            args += [flag, f"{value:g}"]
-    if c.previous_text:
-        args.append("--chunk-previous-text")
-    if fe.max_audio_seconds is not None:
-        args += ["--max-audio-seconds", f"{fe.max_audio_seconds:g}"]
-    return args
-
-
-def limit_args(limits: FrontendLimits) -> list[str]:
-    """The flags of the limits set away from their defaults (the frontend's defaults are
-    the resource's: an unchanged resource keeps its frontend's command line)."""
-    args = []
-    for name, value in limits.model_dump(exclude_defaults=True).items():
-        if value is not None:
-            args += [LIMIT_FLAGS[name], f"{value:g}" if isinstance(value, float) else str(value)]
-    return args
+def frontend_settings(td: TranscriptionDeployment, scaler: bool = False) -> FrontendSettings:
+    """The frontend's settings: spec.frontend's, and the pod's wiring. `scaler`: KEDA asks
+    the replicas for the load, and each answers with that of all of them, learnt from its
+    peers (the pods behind the client-facing Service)."""
+    fe = td.spec.frontend
+    keys = fe.api_key_secret
+    return FrontendSettings(
+        port=FRONTEND_PORT,
+        scaler_port=SCALER_PORT,
+        internal_port=INTERNAL_PORT,
+        discovery=Discovery.KUBERNETES,
+        peers_service=frontend_service_name(td) if scaler else None,
+        api_keys_path=f"{API_KEYS_MOUNT}/{keys.key}" if keys else None,
+        max_audio_seconds=fe.max_audio_seconds,
+        limits=fe.limits,
+        chunking=fe.chunking,
+    )
 
 
 def frontend_deployment(
     td: TranscriptionDeployment, cfg: OperatorConfig, scaler: bool = False
 ) -> Manifest:
     fe = td.spec.frontend
-    args = [
-        "--routes",
-        f"{ROUTES_MOUNT}/{ROUTES_KEY}",
-        "--port",
-        str(FRONTEND_PORT),
-        "--discovery",
-        "kubernetes",
-    ]
     ports = [{"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"}]
     if scaler:
-        # KEDA's scaler endpoint; each replica answers with the load of all of them, which
-        # it learns from its peers (the pods behind the client-facing Service).
-        args += ["--scaler-port", str(SCALER_PORT), "--peers-service", frontend_service_name(td),
-                 "--internal-port", str(INTERNAL_PORT)]  # fmt: skip
         ports.append({"name": "scaler", "containerPort": SCALER_PORT, "protocol": "TCP"})
         ports.append({"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"})
     volumes: list[Any] = [
@@ -112,10 +73,7 @@ def frontend_deployment(
         {"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
-    args += limit_args(fe.limits)
-    args += chunking_args(fe)
     if fe.api_key_secret:
-        args += ["--api-keys", f"{API_KEYS_MOUNT}/{fe.api_key_secret.key}"]
         volumes.append(
             {
                 "name": "api-keys",
@@ -126,24 +84,21 @@ def frontend_deployment(
             }
         )
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
-    # spec.tracing (transcription_frontend/tracing.py); $(POD_NAME): the variable before it
+    settings = frontend_settings(td, scaler)
+    # The pod's identity: its Warning Events name it (the frontend's events).
+    identity = [
+        {"name": env, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{field}"}}}
+        for env, field in (("POD_NAMESPACE", "namespace"), ("POD_NAME", "name"), ("POD_UID", "uid"))
+    ]
+    # spec.tracing, in OpenTelemetry's own variables; $(POD_NAME): the variable before it
     resource = {"k8s.deployment.name": frontend_name(td), "k8s.pod.name": "$(POD_NAME)"}
     traced = tracing_env(td, frontend_name(td), resource)
     container = {
         "name": "frontend",
         "image": image_for(td, cfg, FRONTEND_IMAGE),
         "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
-        "args": args,
-        # The pod's identity: its Warning Events name it (transcription_frontend/events.py).
-        "env": [
-            {"name": env, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{field}"}}}
-            for env, field in (
-                ("POD_NAMESPACE", "namespace"),
-                ("POD_NAME", "name"),
-                ("POD_UID", "uid"),
-            )
-        ]
-        + traced,
+        "args": ["--routes", f"{ROUTES_MOUNT}/{ROUTES_KEY}"],
+        "env": [{"name": SETTINGS_ENV, "value": settings.to_env()}, *identity, *traced],
         "ports": ports,
         "resources": resource_requirements(fe.resources),
         "volumeMounts": mounts,
@@ -161,8 +116,8 @@ def frontend_deployment(
         "volumes": volumes,
         "enableServiceLinks": False,
         # preStop (5 s: endpoints drop it first) + the frontend's own drain on SIGTERM (up
-        # to 5 s: kept-alive connections end after an answer; then --shutdown-grace, 30 s:
-        # requests in flight and held finish), with room to spare.
+        # to 5 s: kept-alive connections end after an answer; then the settings'
+        # shutdown_grace_seconds, 30: requests in flight and held finish), with room to spare.
         "terminationGracePeriodSeconds": 45,
     }
     return {

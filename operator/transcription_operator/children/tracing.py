@@ -20,7 +20,7 @@ def tracing_env(
     taken: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:  # fmt: skip
     """OpenTelemetry's standard variables for spec.tracing, none when it is off: the
-    frontend reads them (transcription_frontend/tracing.py), and vLLM's OpenTelemetry SDK
+    frontend reads them (its tracing module), and vLLM's OpenTelemetry SDK
     (its exporter: OTLP/HTTP, not its default gRPC; its sampler; the resource). A variable
     the pool's own `env` sets is left to it."""
     t = td.spec.tracing
