@@ -35,15 +35,19 @@ def pool(
     return PoolRoute(name=name, engine=engine, mode=mode, service=f"svc-{name}", endpoints=urls)
 
 
+def in_process(**settings: Any) -> FrontendSettings:
+    """A gateway's settings in a test's process: no scaler and no internal port (on their
+    fixed ports, gateways side by side would collide), `settings` over that."""
+    return FrontendSettings(**{"scaler_port": None, "internal_port": None, **settings})
+
+
 class Frontend:
     """The gateway on `table`, with `settings` (fields of `FrontendSettings`) and API keys
     from `keys`; no scaler and no internal port unless the settings say so."""
 
     def __init__(self, table: RouteTable, keys: Path | None = None, tracer: Tracer | None = None,
                  **settings: Any) -> None:  # fmt: skip
-        self.settings = FrontendSettings(
-            **{"scaler_port": None, "internal_port": None, "api_keys_path": keys, **settings}
-        )
+        self.settings = in_process(api_keys_path=keys, **settings)
         self.router = Router(table, policy=self.settings.balancer.value)
         self.gateway = Gateway(router=self.router, settings=self.settings,
                                tracer=tracer or Tracer())  # fmt: skip

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from testkit.audio import tone_wav
-from testkit.frontend import AUDIO_LM_MODEL, chat_pool
+from testkit.frontend import AUDIO_LM_MODEL, chat_pool, in_process
 from testkit.standins import Behaviour, Running, start, transformers_app, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
@@ -39,7 +39,7 @@ def gateway() -> Iterator[str]:
         PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="b", endpoints=[worker.url]),
         chat_pool(chat.url),
     ])  # fmt: skip
-    fe: Running = start(create_app(Gateway(router=Router(table))))
+    fe: Running = start(create_app(Gateway(router=Router(table), settings=in_process())))
     yield fe.url
     fe.stop()
     worker.stop()

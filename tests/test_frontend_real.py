@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from testkit.audio import SENTENCES, speak, wer
+from testkit.frontend import in_process
 from testkit.standins import Behaviour, Running, serve, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
@@ -66,7 +67,7 @@ def failing_gateway(transcriber: Transcriber) -> Iterator[str]:
     table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
         PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c", endpoints=[worker.url]),
     ])  # fmt: skip
-    fe = start(create_app(Gateway(router=Router(table))))
+    fe = start(create_app(Gateway(router=Router(table), settings=in_process())))
     yield fe.url
     fe.stop()
     worker.stop()
@@ -87,7 +88,7 @@ def split(cpu_worker: Running) -> Iterator[openai.OpenAI]:
             PoolRoute(name="auto-faster-whisper", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL,
                       service="a", endpoints=[cpu_worker.url], automatic=True),
         ])  # fmt: skip
-        fe = start(create_app(Gateway(router=Router(table))))
+        fe = start(create_app(Gateway(router=Router(table), settings=in_process())))
         yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
         fe.stop()
 
@@ -97,7 +98,7 @@ def cpu_only(cpu_worker: Running) -> Iterator[openai.OpenAI]:
     table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
         PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c", endpoints=[cpu_worker.url]),
     ])  # fmt: skip
-    fe = start(create_app(Gateway(router=Router(table))))
+    fe = start(create_app(Gateway(router=Router(table), settings=in_process())))
     yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
     fe.stop()
 

@@ -230,3 +230,22 @@ def test_a_settings_file_replaces_the_variable(tmp_path: Path) -> None:
     path.write_text(FrontendSettings(port=8081, scaler_port=None).model_dump_json())
     got = load_settings(path, {SETTINGS_ENV: '{"port": 9000}'})
     assert (got.port, got.scaler_port) == (8081, None)
+
+
+def test_the_frontend_imports_nothing_of_the_resources_version_module() -> None:
+    """The frontend's contract is its settings: the CRD's version module (and the CRD
+    generator) stay the operator's."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "frontend_image" / "transcription_frontend"
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            for name in names:
+                assert not name.startswith(
+                    ("transcription_api.v1alpha1", "transcription_api.crd")
+                ), path
