@@ -11,16 +11,18 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
 PY = sys.executable
 
 
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+say = partial(toolchain.say, who="bench")
 
 
 class Proc:

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import testbed.cluster
-from testbed.kube import CRD_FILE, SAMPLES, Kubectl, wait_for
+from testbed.kube import CRD_FILE, SAMPLES, wait_for
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import HARD_SENTENCES, SENTENCES
 from testkit.longaudio import long_recording

@@ -8,7 +8,7 @@ python -m charts.render_install --digests DIGESTS --registry ghcr.io/OWNER --out
     release workflow's image jobs write), or a JSON object {"<image>": "sha256:..."}.
 
 Only the standard library is used (the release workflow runs it before any virtual
-environment exists); helm is the test bed's, built from its pinned Go module.
+environment exists); helm is the pinned one (``toolchain``), built from its Go module.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import testbed.cluster  # the helm binary the test bed builds
+import toolchain
 from release.images import NAMES
 from release.version import IMAGE_REF, current
 
@@ -47,14 +47,9 @@ class PinError(ValueError):
     rendered manifests do not refer to as the release names them."""
 
 
-def helm_binary() -> Path:
-    testbed.cluster.build((testbed.cluster.HELM,))
-    return testbed.cluster.HELM.path("helm")
-
-
 def render(chart: Path = CHART) -> str:
     out = subprocess.run(
-        [str(helm_binary()), "template", "transcription-operator", str(chart),
+        [str(toolchain.helm()), "template", "transcription-operator", str(chart),
          "--namespace", NAMESPACE],
         check=True, capture_output=True, text=True,
     )  # fmt: skip

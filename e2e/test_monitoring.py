@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from testbed.kube import SAMPLES, Kubectl
+from testbed.kube import SAMPLES
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit import monitoring
 from testkit.longaudio import long_recording

@@ -1,4 +1,4 @@
-"""Package the chart and push it to an OCI registry, with the test bed's pinned helm.
+"""Package the chart and push it to an OCI registry, with the pinned helm (``toolchain``).
 
     python -m release.chart package DEST       lint, then helm package into DEST; prints the
                                                archive's path
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import testbed.cluster  # the helm binary the test bed builds
+import toolchain
 from release.version import ROOT, VersionError, current, parse
 
 CHART = ROOT / "charts" / "transcription-operator"
@@ -32,13 +32,8 @@ class ChartError(RuntimeError):
     """The chart cannot be packaged or pushed; the message says why."""
 
 
-def helm_binary() -> Path:
-    testbed.cluster.build((testbed.cluster.HELM,))
-    return testbed.cluster.HELM.path("helm")
-
-
 def _helm(*args: str, helm: Path | None = None) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([str(helm or helm_binary()), *args], capture_output=True, text=True)
+    out = subprocess.run([str(helm or toolchain.helm()), *args], capture_output=True, text=True)
     if out.returncode:
         said = "\n".join(t.strip() for t in (out.stdout, out.stderr) if t.strip())
         raise ChartError(f"helm {args[0]} failed (exit {out.returncode}):\n{said}")
@@ -120,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "push":
             print(push(args.archive, args.remote))
         else:
-            print(helm_binary())
+            print(toolchain.helm())
     except ChartError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

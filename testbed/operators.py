@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed import images
-from testbed.kube import CHART, Kubectl, create_namespace, helm, wait_for, wait_ready
-from testkit.standins import free_port
+from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready
+from testbed.kubectl import Kubectl
+from testkit.host import free_port
 
 
 class OperatorProcess:

@@ -42,6 +42,8 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+import toolchain
+
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "transcription-operator"
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
@@ -143,10 +145,8 @@ def relabel(labels: Mapping[str, str], rules: Sequence[Mapping[str, Any]]) -> di
 def chart_monitors() -> dict[str, dict[str, Any]]:
     """The chart's monitors as Helm renders them with the monitoring CRDs present, by kind
     and component: `operator` (ServiceMonitor), `frontend` and `worker` (PodMonitors)."""
-    from charts.render_install import helm_binary
-
     out = subprocess.run(
-        [str(helm_binary()), "template", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE,
+        [str(toolchain.helm()), "template", RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE,
          *monitoring_api_versions(), "--set", "metrics.serviceMonitor.enabled=true",
          "--set", "metrics.podMonitors.enabled=true"],
         check=True, capture_output=True, text=True,
@@ -546,8 +546,8 @@ class Local:
 
     def worker(self, *args: str) -> str:
         """A CPU worker as its pod runs it (one thread: a pod's CPU); returns its address."""
+        from testkit.host import free_port
         from testkit.processes import BIN, start
-        from testkit.standins import free_port
 
         port = free_port()
         address = f"127.0.0.1:{port}"

@@ -2,7 +2,7 @@
 
 The series are the fixtures `testkit.metrics_record` writes (tests/fixtures/metrics/<source>/
 <scenario>.prom: scrapes of the real components, with the monitors' target labels). promtool
-is the test bed's, built from its pinned Go module (`python -m testbed build`).
+is the pinned one (`toolchain`), built by `python -m testbed build`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+import toolchain
 from testkit.metrics_record import CHART, FIXTURES, INTERVAL_S, Sample, input_series, read_fixture
 
 ALERTS = CHART / "files" / "alerts.yaml"
@@ -32,10 +33,8 @@ VARIABLES = {"$__rate_interval": "2m", "$__interval": "30s", "$__range": "1h",
 
 
 def promtool() -> Path | None:
-    """The test bed's promtool, if it has been built."""
-    import testbed.cluster
-
-    path = testbed.cluster.PROMTOOL.path("promtool")
+    """The pinned promtool, if it has been built."""
+    path = toolchain.PROMTOOL.path("promtool")
     return path if path.exists() else None
 
 

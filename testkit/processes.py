@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from testkit.standins import free_port
+from testkit.host import free_port
 from transcription_api.routes import RouteTable
 
 BIN = Path(sys.executable).parent

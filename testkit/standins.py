@@ -29,6 +29,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from testkit.host import free_port
+
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 VLLM = FIXTURES / "vllm-0.32"
 TRANSFORMERS = FIXTURES / "transformers-5.24"
@@ -437,12 +439,6 @@ class RawWorker:
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
         self._thread.join(timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import transformers
 
-from testkit.standins import FIXTURES, free_port
+from testkit.host import free_port
+from testkit.standins import FIXTURES
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 

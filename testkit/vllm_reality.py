@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 
 from testkit.audio import SENTENCES, speak
+from testkit.host import free_port
 from transcription_worker import english_only
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,12 +176,6 @@ def differences(real: dict[str, Answer], other: dict[str, Answer]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- the real engine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def checkpoint(work: Path) -> Path:

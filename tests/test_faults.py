@@ -28,7 +28,8 @@ from testkit.frontend import (
     sse_events,
 )
 from testkit.frontend import pool as pool_route
-from testkit.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
+from testkit.host import free_port
+from testkit.standins import Behaviour, RawWorker, Running, serve, vllm_app
 from transcription_api.routes import RouteTable
 from transcription_frontend.forward import WorkerTimeouts
 from transcription_frontend.hold import HoldLimits

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-import testbed.cluster as cluster
+import toolchain
 from testkit import monitoring
 from testkit.metrics_record import (
     DEPLOYMENT,
@@ -33,12 +33,12 @@ CHART = monitoring.CHART
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    return built(cluster.PROMTOOL, "promtool")
+    return built(toolchain.PROMTOOL, "promtool")
 
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    return built(cluster.HELM, "helm")
+    return built(toolchain.HELM, "helm")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def recording() -> Recording:
 
 
 def render(*args: str) -> list[dict[str, Any]]:
-    helm = built(cluster.HELM, "helm")
+    helm = built(toolchain.HELM, "helm")
     out = subprocess.run([str(helm), "template", RELEASE, str(CHART), "-n", "transcription-system", *args],
                          check=True, capture_output=True, text=True)  # fmt: skip
     return [d for d in yaml.safe_load_all(out.stdout) if d]
