@@ -1,5 +1,5 @@
 """The project's processes started as a pod would start them, for suites against real
-engines: wait for a health URL, the frontend on a route table."""
+engines: wait for a health URL, the frontend on a route table, stop one."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -38,6 +39,16 @@ def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
                                 stdout=out, stderr=out)  # fmt: skip
     wait_http(url, proc, log)
     return proc
+
+
+def stop(proc: subprocess.Popen[Any], grace: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it is still running after `grace` seconds; reaped."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def frontend(table: RouteTable, d: Path, args: list[str] | None = None,

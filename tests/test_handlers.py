@@ -266,9 +266,9 @@ def test_the_echo_of_the_operators_own_write_asks_for_no_reconcile(
         # Children alike: the applied object, cached from the answer, then its echo.
         svc = child("Service", "w", "w")
         rt.cache.put(svc)
-        assert manager.remember("Service", "v1", "MODIFIED", svc)[1] is False
+        assert rt.remember("Service", "v1", "MODIFIED", svc)[1] is False
         newer = {**svc, "metadata": {**svc["metadata"], "resourceVersion": "2"}}
-        assert manager.remember("Service", "v1", "MODIFIED", newer)[1] is True
+        assert rt.remember("Service", "v1", "MODIFIED", newer)[1] is True
 
     asyncio.run(main())
 
