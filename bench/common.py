@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import toolchain
+from testkit import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
@@ -74,11 +75,7 @@ class Proc:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        processes.stop(self.proc)
         self.log.close()
 
 

@@ -13,7 +13,6 @@ environment exists); helm is the pinned one (``toolchain``), built from its Go m
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -22,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import toolchain
+from release import cli
 from release.images import NAMES
 from release.version import IMAGE_REF, current
 
@@ -113,8 +113,7 @@ def read_digests(path: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m charts.render_install", __doc__)
     p.add_argument("--check", action="store_true")
     p.add_argument("--digests", type=Path, help="pin every image by digest (a release)")
     p.add_argument("--registry", help="where the release's images are (with --digests)")
@@ -122,21 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.digests and not args.registry:
         p.error("--digests needs --registry (e.g. ghcr.io/transcription-dev)")
-    text, path = render(), args.output
-    if args.digests:
-        try:
-            text = pin(text, read_digests(args.digests), args.registry, current())
-        except PinError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    if args.check:
-        if path.read_text() != text:
-            print("install.yaml is stale: run `python -m charts.render_install`", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(text)
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
+    text = render()
+
+    def output() -> int:
+        pinned = text
+        if args.digests:
+            pinned = pin(text, read_digests(args.digests), args.registry, current())
+        return cli.generated(args.output, pinned, args.check, "python -m charts.render_install")
+
+    return cli.run(output, PinError)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ packaging a chart whose ``version`` or ``appVersion`` disagrees with ``pyproject
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import toolchain
+from release import cli
 from release.version import ROOT, VersionError, current, parse
 
 CHART = ROOT / "charts" / "transcription-operator"
@@ -99,8 +99,7 @@ def push(archive: Path, remote: str, helm: Path | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m release.chart", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m release.chart", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
     pk = sub.add_parser("package", help="lint and package the chart")
     pk.add_argument("dest", type=Path)
@@ -109,17 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("remote", help="oci://<registry>/<namespace>")
     sub.add_parser("helm", help="the pinned helm binary's path")
     args = p.parse_args(argv)
-    try:
-        if args.command == "package":
-            print(package(args.dest))
-        elif args.command == "push":
-            print(push(args.archive, args.remote))
-        else:
-            print(toolchain.helm())
-    except ChartError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    commands = {
+        "package": lambda: package(args.dest),
+        "push": lambda: push(args.archive, args.remote),
+        "helm": toolchain.helm,
+    }
+    return cli.run(lambda: print(commands[args.command]()), ChartError)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 from testbed import images
 from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready
 from testbed.kubectl import Kubectl
+from testkit import processes
 from testkit.host import free_port
 
 
@@ -59,11 +60,7 @@ class OperatorProcess:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            processes.stop(self.proc, grace=30)
         self.log.close()
         self.proc = None
 

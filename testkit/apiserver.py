@@ -38,6 +38,8 @@ def _error(status: int, reason: str, message: str) -> KubeError:
 
 
 class ApiServer:
+    """The stand-in's state: its objects by path, the requests it got, whether it is down."""
+
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}  # API path -> object
         self.requests: list[tuple[str, str]] = []  # (method, path), in order
@@ -62,15 +64,9 @@ class ApiServer:
     def remove(self, kind: str, namespace: str, name: str) -> None:
         self.objects.pop(KINDS[kind].path(namespace, name), None)
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: dict[str, str] | None = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-    ) -> Any:
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+        """What `Kube.request` does against a real server (its other arguments, the query,
+        content type and time limit, change nothing here)."""
         path = path.split("?", 1)[0]
         self.requests.append((method, path))
         if self.down:

@@ -36,16 +36,8 @@ class RecordingKube(Kube):
         self.secret_error: KubeError | None = None
         self.events: list[tuple[str, str]] = []
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: dict[str, str] | None = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-    ) -> Any:
-        return self.server.request(method, path, body, query, content_type, timeout)
+    def request(self, method: str, path: str, *args: Any, **kw: Any) -> Any:
+        return self.server.request(method, path, *args, **kw)
 
     @property
     def objects(self) -> dict[tuple[str, str], dict[str, Any]]:

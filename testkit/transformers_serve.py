@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import transformers
 
+from testkit import processes
 from testkit.host import free_port
 from testkit.standins import FIXTURES
 from transcription_api.capabilities import Engine, Mode, ModelFamily
@@ -55,12 +56,7 @@ class Server:
         return True
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, grace=20)
 
 
 def launch(

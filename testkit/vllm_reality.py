@@ -29,6 +29,7 @@ import httpx
 
 from testkit.audio import SENTENCES, speak
 from testkit.host import free_port
+from testkit.processes import stop
 from transcription_worker import english_only
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,11 +253,7 @@ def real_vllm(work: Path, timeout: float = 420, threads: int = 2) -> Iterator[Se
             time.sleep(1)
         yield Server(url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace=30)
         log.close()
 
 
