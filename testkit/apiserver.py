@@ -6,8 +6,9 @@ what a real server adds and refuses.
   ``.../status`` replaces the status of a stored object; POST creates in a collection
   (``generateName`` honoured) and refuses a name taken (409); PUT replaces an object whose
   resourceVersion it names (else 409); DELETE honours a uid precondition (409).
-- A read finds what is stored (else 404). Lists and watches are not served: the tests feed
-  the operator's watch cache themselves.
+- A read finds what is stored (else 404); a list, what a collection holds (in one
+  namespace or all), filtered by an equality label selector. Watches are not served: the
+  tests feed the operator's watch cache themselves.
 
 It answers in process (``request``, as ``transcription_operator.kube.Kube.request`` does,
 raising its ``KubeError``) or over HTTP for a real client (``serve``). ``down`` makes every
@@ -20,15 +21,19 @@ import contextlib
 import copy
 import itertools
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
 from transcription_operator.kinds import KINDS
 from transcription_operator.kube import KubeError
+
+PLURALS = {kind.plural for kind in KINDS.values()}
 
 
 def _error(status: int, reason: str, message: str) -> KubeError:
@@ -64,15 +69,34 @@ class ApiServer:
     def remove(self, kind: str, namespace: str, name: str) -> None:
         self.objects.pop(KINDS[kind].path(namespace, name), None)
 
-    def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
-        """What `Kube.request` does against a real server (its other arguments, the query,
-        content type and time limit, change nothing here)."""
+    def request(
+        self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
+        **_: Any,
+    ) -> Any:  # fmt: skip
+        """What `Kube.request` does against a real server (its other arguments, the
+        content type and the time limit, change nothing here)."""
         path = path.split("?", 1)[0]
         self.requests.append((method, path))
         if self.down:
             raise ConnectionRefusedError("the API server is down")
         with self._lock:
+            if method == "GET" and path not in self.objects and path.rsplit("/", 1)[1] in PLURALS:
+                return copy.deepcopy(self._list(path, (query or {}).get("labelSelector", "")))
             return copy.deepcopy(self._answer(method, path, json.loads(json.dumps(body))))
+
+    def _list(self, collection: str, selector: str) -> dict[str, Any]:
+        """The objects directly in a collection; all namespaces' for a cluster-wide path."""
+        base, _, plural = collection.rpartition("/")
+        pattern = (
+            collection if "/namespaces/" in collection else f"{base}/namespaces/[^/]+/{plural}"
+        )
+        wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
+        items = [
+            obj for path, obj in self.objects.items()
+            if re.fullmatch(f"{pattern}/[^/]+", path)
+            and wanted.items() <= (obj["metadata"].get("labels") or {}).items()
+        ]  # fmt: skip
+        return {"kind": "List", "items": items}
 
     def _answer(self, method: str, path: str, body: Any) -> dict[str, Any]:
         stored = self.objects.get(path)
@@ -131,7 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
         size = int(self.headers.get("Content-Length") or 0)
         body = yaml.safe_load(self.rfile.read(size)) if size else None  # JSON is YAML
         try:
-            status, answer = 200, self.server.api.request(self.command, self.path, body)
+            query = dict(parse_qsl(urlsplit(self.path).query))
+            status, answer = 200, self.server.api.request(self.command, self.path, body, query)
         except KubeError as e:
             status, answer = e.status, json.loads(e.body)
         raw = json.dumps(answer).encode()
