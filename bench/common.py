@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import toolchain
-from testkit import processes
+from testkit import host, processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
@@ -71,8 +71,7 @@ class Proc:
             Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return host.cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         processes.stop(self.proc)

@@ -1,4 +1,5 @@
-"""This machine: a free local port, and its processes as /proc shows them.
+"""This machine: a free local port, and its processes as /proc shows them (command
+lines, CPU time, whether alive).
 
 Only the standard library is used: the test bed imports this before the virtual environment
 exists.
@@ -40,6 +41,15 @@ def pids() -> Iterator[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             yield int(entry.name)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process has used; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def alive(pid: int) -> bool:

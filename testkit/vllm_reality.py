@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from testkit.audio import SENTENCES, speak
-from testkit.host import free_port
+from testkit.host import cpu_seconds, free_port
 from testkit.processes import stop
 from transcription_worker import english_only
 
@@ -203,7 +203,7 @@ class Server:
     def cpu_seconds(self) -> float:
         """CPU time of the server and every process under it (vLLM's engine core and
         workers are its children)."""
-        return sum(_cpu(p) for p in _tree(self.pid))
+        return sum(cpu_seconds(p) for p in _tree(self.pid))
 
 
 def _tree(pid: int) -> list[int]:
@@ -215,14 +215,6 @@ def _tree(pid: int) -> list[int]:
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
     return out
-
-
-def _cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
