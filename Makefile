@@ -136,7 +136,7 @@ install.yaml: $(STAMP)
 # The chart's README: its values table comes from values.yaml and values.schema.json;
 # tests/test_chart_readme.py fails when it is stale.
 chart-readme: $(STAMP)
-	$(BIN)/python charts/render_readme.py
+	$(BIN)/python -m charts.render_readme
 
 # KEDA's external scaler messages (frontend); tests/test_scaler.py fails when they are stale.
 protos: $(STAMP)

@@ -11,16 +11,19 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import toolchain
+from testkit import host, processes
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench-results"
 PY = sys.executable
 
 
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+say = partial(toolchain.say, who="bench")
 
 
 class Proc:
@@ -68,15 +71,10 @@ class Proc:
             Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return host.cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        processes.stop(self.proc)
         self.log.close()
 
 

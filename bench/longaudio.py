@@ -278,6 +278,87 @@ def shorts(url: str, clip: tuple[str, bytes, float], count: int | None = None,
     }
 
 
+def material(
+    directory: Path, seconds: float
+) -> tuple[Recording, tuple[str, bytes, float], dict[str, Any]]:
+    """What both long-audio benchmarks send and compare against: the long recording, a
+    short clip, and the bare engine on the whole recording (the WER reference)."""
+    say(
+        f"making a {seconds:.0f} s espeak-ng recording (easy and hard sentences, pauses {PAUSES[0]}-{PAUSES[1]} s)"
+    )
+    rec = long_recording(directory, seconds, sentences=SENTENCES + HARD_SENTENCES,
+                         pause_range=PAUSES, seed=21, name=f"long-{seconds:g}s")  # fmt: skip
+    short = short_clip(RESULTS / "audio")
+    say(
+        f"bare engine: faster-whisper in-process on the whole file ({THREADS} thread, condition_on_previous_text)"
+    )
+    reference = bare(rec.wav, rec.text)
+    say(f"bare engine: {reference['wall_s']:.1f} s, WER {reference['wer_pct']:.2f}%")
+    return rec, short, reference
+
+
+def one_replica(url: str, rec: Recording, fe: Measured, workers: Sequence[Measured],
+                whole: str) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """(a) the whole file on one replica, chunking off there (`whole` says how), and (c)
+    the same with chunking_strategy=auto: chunking's own cost, without parallelism."""
+    say(f"(a) 1 replica, whole file ({whole}, no chunking_strategy)")
+    a = reported("(a)", url, rec, fe, workers, chunked=False)
+    say("(c) 1 replica, chunked (chunking_strategy=auto)")
+    return {"a": a, "c": reported("(c)", url, rec, fe, workers, chunked=True)}
+
+
+def streamed(url: str, rec: Recording, fe: Measured, workers: Sequence[Measured]) -> dict[str, Any]:
+    """The whole recording chunked and streamed (stream=true): when each delta arrived."""
+    say("stream: 2 replicas, chunked, stream=true")
+    r = long_request(url, rec.wav, rec.text, fe, workers, chunked=True, stream=True)
+    say(f"stream: first delta {r['first_delta_s']}, whole {r['wall_s']:.1f} s")
+    return r
+
+
+def beside_long(url: str, rec: Recording, short: tuple[str, bytes, float], fe: Measured,
+                workers: Sequence[Measured]) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """Short requests while one long chunked request runs: the long one's result, and the
+    short ones'."""
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        running = ex.submit(long_request, url, rec.wav, rec.text, fe, workers, chunked=True)
+        busy = shorts(url, short, until=running)
+        return running.result(), busy
+
+
+def verdict(runs: dict[str, dict[str, Any]], reference: dict[str, Any], quiet: dict[str, Any],
+            busy: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """What both benchmarks conclude from (a), (b), (c) and the stream: the speed-up, the
+    first delta against a chunk's latency, the short requests' slow-down, the targets met
+    and each target's measured value (`shown`, as the targets table prints it)."""
+    a, b, c, st = runs["a"], runs["b"], runs["c"], runs["stream"]
+    speedup = a["wall_s"] / b["wall_s"]
+    chunk_time = st["chunk_latency"]["mean"]
+    first = st["first_delta_s"] if st["first_delta_s"] is not None else NAN
+    targets = {
+        f"(b) 2 replicas chunked >= {SPEEDUP_TARGET:g}x faster than (a) 1 replica whole": speedup >= SPEEDUP_TARGET,
+        f"(b) chunked WER <= bare engine + {WER_POINTS:g} point": b["wer_pct"] <= reference["wer_pct"] + WER_POINTS,
+        f"first delta < a chunk's mean latency + {FIRST_DELTA_SLACK_S:g} s": first < chunk_time + FIRST_DELTA_SLACK_S,
+    }  # fmt: skip
+    shown = [f"{speedup:.2f}x", f"{b['wer_pct']:.2f}% vs {reference['wer_pct']:.2f}% + {WER_POINTS:g}",
+             f"{first:.2f} s vs {chunk_time:.2f} s + {FIRST_DELTA_SLACK_S:g}"]  # fmt: skip
+    return {"speedup_b_over_a": speedup, "speedup_c_over_a": a["wall_s"] / c["wall_s"],
+            "first_delta_s": first, "chunk_mean_latency_s": chunk_time, "shorts_alone": quiet,
+            "shorts_beside_long": busy, "short_p50_ratio": busy["p50_s"] / quiet["p50_s"],
+            "targets": targets, "shown": shown}  # fmt: skip
+
+
+def short_rows(quiet: dict[str, Any], busy: dict[str, Any]) -> list[list[Any]]:
+    """The short requests' table: alone, beside a long request, and the ratio of p50."""
+    return [["alone", quiet["requests"], quiet["p50_s"], quiet["p99_s"], quiet["wer_pct"]],
+            ["beside a long chunked request", busy["requests"], busy["p50_s"], busy["p99_s"], busy["wer_pct"]],
+            ["ratio of p50", "", busy["p50_s"] / quiet["p50_s"], "", ""]]  # fmt: skip
+
+
+def targets_table(targets: dict[str, bool], shown: list[str]) -> None:
+    table("targets", ["target", "value", "met"],
+          [[k, v, "met" if ok else "missed"] for (k, ok), v in zip(targets.items(), shown, strict=True)])  # fmt: skip
+
+
 def lone_chunk(url: str, clip: Recording, repeats: int = 3) -> dict[str, Any]:
     """A ~25 s excerpt as a request of its own (sent whole: under the chunk threshold)."""
     client = sdk(url)
@@ -370,23 +451,13 @@ def run(quick: bool = False) -> dict[str, Any]:
     directory = RESULTS / "longaudio"
     cpus, load_before = len(os.sched_getaffinity(0)), os.getloadavg()[0]
     say(f"long audio on {WHERE}: {cpus} CPUs, load average {load_before:.2f}")
-    say(
-        f"making a {seconds:.0f} s espeak-ng recording (easy and hard sentences, pauses {PAUSES[0]}-{PAUSES[1]} s)"
-    )
-    rec = long_recording(directory, seconds, sentences=SENTENCES + HARD_SENTENCES,
-                         pause_range=PAUSES, seed=21, name=f"long-{seconds:g}s")  # fmt: skip
+    rec, short, reference = material(directory, seconds)
     lone = excerpt(
         rec, EXCERPT_SECONDS, directory / f"long-{seconds:g}s-first-{EXCERPT_SECONDS:g}s.wav"
     )
-    short = short_clip(RESULTS / "audio")
     say(f"{rec.seconds:.1f} s, {len(rec.sentences)} sentences, {len(rec.text.split())} words; "
         f"lone chunk {lone.seconds:.1f} s; short request {short[2]:.1f} s: {short[0]!r}")  # fmt: skip
 
-    say(
-        f"bare engine: faster-whisper in-process on the whole file ({THREADS} thread, condition_on_previous_text)"
-    )
-    reference = bare(rec.wav, rec.text)
-    say(f"bare engine: {reference['wall_s']:.1f} s, WER {reference['wer_pct']:.2f}%")
     say("the gateway's work before its first chunk, in-process: decode, Silero VAD, cuts")
     prep = gateway_prep(rec.wav)
     say(
@@ -413,30 +484,18 @@ def run(quick: bool = False) -> dict[str, Any]:
         for url in (*(f"http://127.0.0.1:{p}" for p in WORKERS), one, two, chained):
             shorts(url, short, count=1)
 
-        say("(a) 1 replica, whole file (chunking off, no chunking_strategy)")
-        runs["a"] = reported("(a)", one, rec, fe_one, workers, chunked=False)
-        say("(c) 1 replica, chunked (chunking_strategy=auto)")
-        runs["c"] = reported("(c)", one, rec, fe_one, workers, chunked=True)
+        runs |= one_replica(one, rec, fe_one, workers, "chunking.enabled false")
         say("(b) 2 replicas, chunked (chunking_strategy=auto)")
         runs["b"] = reported("(b)", two, rec, fe_two, workers, chunked=True)
         say("(b) again, each chunk prompted with the text before it (chunking.previous_text)")
         runs["b_chained"] = reported("(b) chained", chained, rec, fe_chained, workers, chunked=True)
-        say("stream: 2 replicas, chunked, stream=true")
-        runs["stream"] = long_request(
-            two, rec.wav, rec.text, fe_two, workers, chunked=True, stream=True
-        )
-        say(
-            f"stream: first delta {runs['stream']['first_delta_s']}, whole {runs['stream']['wall_s']:.1f} s"
-        )
+        runs["stream"] = streamed(two, rec, fe_two, workers)
         say(f"lone chunk: the first {lone.seconds:.1f} s as a request of its own, 3 times")
         single = lone_chunk(two, lone)
         say(f"short requests: {baseline_count}, one every {SHORT_PERIOD:g} s, nothing else running")
         quiet = shorts(two, short, count=baseline_count)
         say("short requests while a long one runs (2 replicas, chunked)")
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            running = ex.submit(long_request, two, rec.wav, rec.text, fe_two, workers, chunked=True)
-            busy = shorts(two, short, until=running)
-            runs["b_with_shorts"] = running.result()
+        runs["b_with_shorts"], busy = beside_long(two, rec, short, fe_two, workers)
         say(
             f"short p50 {quiet['p50_s']:.3f} s alone, {busy['p50_s']:.3f} s beside the long request"
         )
@@ -450,15 +509,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     )
 
     a, b, c, st = runs["a"], runs["b"], runs["c"], runs["stream"]
-    speedup = a["wall_s"] / b["wall_s"]
-    chunk_time = st["chunk_latency"]["mean"]
-    first = st["first_delta_s"] if st["first_delta_s"] is not None else NAN
-    short_ratio = busy["p50_s"] / quiet["p50_s"]
+    found = verdict(runs, reference, quiet, busy)
+    first, chunk_time = found["first_delta_s"], found["chunk_mean_latency_s"]
     load_after = os.getloadavg()[0]
-    targets = {
-        f"(b) 2 replicas chunked >= {SPEEDUP_TARGET:g}x faster than (a) 1 replica whole": speedup >= SPEEDUP_TARGET,
-        f"(b) chunked WER <= bare engine + {WER_POINTS:g} point": b["wer_pct"] <= reference["wer_pct"] + WER_POINTS,
-        f"first delta < a chunk's mean latency + {FIRST_DELTA_SLACK_S:g} s": first < chunk_time + FIRST_DELTA_SLACK_S,
+    targets = found["targets"] | {
         f"{hour / 60:.0f}-minute upload adds < {MEMORY_TARGET_MIB:g} MiB to the frontend": memory["added_mib"] < MEMORY_TARGET_MIB,
     }  # fmt: skip
     result = {
@@ -470,17 +524,11 @@ def run(quick: bool = False) -> dict[str, Any]:
                       "pause_range_s": list(PAUSES), "wav": str(rec.wav)},
         "bare": reference,
         "runs": runs,
-        "speedup_b_over_a": speedup,
-        "speedup_c_over_a": a["wall_s"] / c["wall_s"],
         "lone_chunk": single,
         "gateway_prep": prep,
-        "first_delta_s": first,
-        "chunk_mean_latency_s": chunk_time,
         "short_clip": {"text": short[0], "seconds": short[2]},
-        "shorts_alone": quiet,
-        "shorts_beside_long": busy,
-        "short_p50_ratio": short_ratio,
         "memory": memory,
+        **{k: v for k, v in found.items() if k != "shown"},
         "targets": targets,
     }  # fmt: skip
 
@@ -505,19 +553,15 @@ def run(quick: bool = False) -> dict[str, Any]:
            ["chunk latency in that request, mean (/metrics sum/count)", chunk_time],
            ["chunk latency in that request, p50 (/metrics buckets, interpolated)", st["chunk_latency"]["p50"]],
            [f"lone {single['seconds_of_audio']:.1f} s excerpt as its own request, median of 3", single["median_s"]]])  # fmt: skip
-    table(f"Short requests ({short[2]:.1f} s sentence, one every {SHORT_PERIOD:g} s, sequential; 2 replicas)",
-          ["", "requests", "p50 s", "p99 s", "WER %"],
-          [["alone", quiet["requests"], quiet["p50_s"], quiet["p99_s"], quiet["wer_pct"]],
-           ["beside a long chunked request", busy["requests"], busy["p50_s"], busy["p99_s"], busy["wer_pct"]],
-           ["ratio of p50", "", short_ratio, "", ""]])  # fmt: skip
+    table(
+        f"Short requests ({short[2]:.1f} s sentence, one every {SHORT_PERIOD:g} s, sequential; 2 replicas)",
+        ["", "requests", "p50 s", "p99 s", "WER %"],
+        short_rows(quiet, busy),
+    )
     table(f"Frontend memory, a {hour / 60:.0f}-minute MP3 upload chunked, against a stand-in worker",
           ["upload MB", "chunks", "wall s", "RSS fresh MiB", "RSS before MiB", "peak MiB", "added MiB"],
           [[memory["upload_bytes"] / 1e6, memory["chunks"], memory["wall_s"], memory["rss_fresh_mib"],
             memory["rss_before_mib"], memory["rss_peak_mib"], memory["added_mib"]]])  # fmt: skip
-    table("targets", ["target", "value", "met"],
-          [[k, v, "met" if ok else "missed"] for (k, ok), v in zip(targets.items(), [
-              f"{speedup:.2f}x", f"{b['wer_pct']:.2f}% vs {reference['wer_pct']:.2f}% + {WER_POINTS:g}",
-              f"{first:.2f} s vs {chunk_time:.2f} s + {FIRST_DELTA_SLACK_S:g}",
-              f"{memory['added_mib']:.1f} MiB"], strict=True)])  # fmt: skip
+    targets_table(targets, [*found["shown"], f"{memory['added_mib']:.1f} MiB"])
     write("longaudio", result)
     return result

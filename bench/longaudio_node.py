@@ -20,37 +20,34 @@ The frontend-memory row stays bench/longaudio.py's (a local process whose RSS it
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import testbed.cluster
-from testbed.kube import CRD_FILE, SAMPLES, Kubectl, wait_for
+from testbed.kube import CRD_FILE, SAMPLES, wait_for
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
-from testkit.audio import HARD_SENTENCES, SENTENCES
-from testkit.longaudio import long_recording
 
 from .common import RESULTS, say, table, write
 from .longaudio import (
-    FIRST_DELTA_SLACK_S,
-    PAUSES,
     SHORT_BASELINE,
-    SPEEDUP_TARGET,
-    WER_POINTS,
-    bare,
-    long_request,
+    beside_long,
+    material,
+    one_replica,
     reported,
-    short_clip,
+    short_rows,
     shorts,
+    streamed,
+    targets_table,
+    verdict,
 )
 
 NAME = "whisper-cpu"
 RELEASE = "bench-longaudio-operator"
 WORKER_CPU = "500m"  # 1 thread each; two fit beside the frontend (and its surge pod) and the operator on 2 cores
 WHERE = "through the Service on the test bed's real node"
-NAN = float("nan")
 
 
 class PodCPU:
@@ -117,14 +114,7 @@ def roll_then_scale(kubectl: Kubectl, ns: str, url: str, short: tuple[str, bytes
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 120.0 if quick else 600.0
     baseline_count = SHORT_BASELINE // 2 if quick else SHORT_BASELINE
-    directory = RESULTS / "longaudio-node"
-    say(f"making a {seconds:.0f} s espeak-ng recording (easy and hard sentences)")
-    rec = long_recording(directory, seconds, sentences=SENTENCES + HARD_SENTENCES,
-                         pause_range=PAUSES, seed=21, name=f"long-{seconds:g}s")  # fmt: skip
-    short = short_clip(RESULTS / "audio")
-    say("bare engine: faster-whisper in-process on the whole file (the WER reference)")
-    reference = bare(rec.wav, rec.text)
-    say(f"bare engine: {reference['wall_s']:.1f} s, WER {reference['wer_pct']:.2f}%")
+    rec, short, reference = material(RESULTS / "longaudio-node", seconds)
 
     say("bench longaudio-node: the test bed with its real node (building what is missing)")
     kubeconfig = testbed.cluster.up()
@@ -140,59 +130,38 @@ def run(quick: bool = False) -> dict[str, Any]:
         workers = [PodCPU(p) for p in pods(kubectl, ns, "worker", 1)]
         say(f"the frontend's Service: {url}; warming up")
         shorts(url, short, count=2)
-        say("(a) 1 replica, whole file (chunking off, no chunking_strategy)")
-        runs["a"] = reported("(a)", url, rec, fe, workers, chunked=False)
-        say("(c) 1 replica, chunking_strategy=auto")
-        runs["c"] = reported("(c)", url, rec, fe, workers, chunked=True)
+        runs |= one_replica(url, rec, fe, workers, "chunking off")
 
         say("phase 2: chunking on (the frontend rolls), then 2 worker replicas")
         fe, workers = roll_then_scale(kubectl, ns, url, short, fe, parallel=None)
         say("(b) 2 replicas, chunking_strategy=auto")
         runs["b"] = reported("(b)", url, rec, fe, workers, chunked=True)
-        say("stream: 2 replicas, chunked, stream=true")
-        runs["stream"] = long_request(url, rec.wav, rec.text, fe, workers,
-                                      chunked=True, stream=True)  # fmt: skip
-        say(f"stream: first delta {runs['stream']['first_delta_s']}")
+        runs["stream"] = streamed(url, rec, fe, workers)
         say(f"short requests: {baseline_count}, nothing else running")
         quiet = shorts(url, short, count=baseline_count)
         say("short requests beside a long one (b)")
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            running = ex.submit(long_request, url, rec.wav, rec.text, fe, workers, chunked=True)
-            busy = shorts(url, short, until=running)
-            runs["b_with_shorts"] = running.result()
+        runs["b_with_shorts"], busy = beside_long(url, rec, short, fe, workers)
         say(f"short p50 {quiet['p50_s']:.3f} s alone, {busy['p50_s']:.3f} s beside the long one")
 
         say("phase 3: maxParallelChunks 1 (one chunk at a time: a pod stays free of chunks)")
         kubectl.apply(resource(1, chunking=True), ns)  # room for the frontend's surge pod
         pods(kubectl, ns, "worker", 1)
         fe, workers = roll_then_scale(kubectl, ns, url, short, fe, parallel=1)
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            running = ex.submit(long_request, url, rec.wav, rec.text, fe, workers, chunked=True)
-            busy_one = shorts(url, short, until=running)
-            runs["b_parallel_1"] = running.result()
+        runs["b_parallel_1"], busy_one = beside_long(url, rec, short, fe, workers)
         say(f"maxParallelChunks 1: long {runs['b_parallel_1']['wall_s']:.1f} s, "
             f"short p50 {busy_one['p50_s']:.3f} s beside it")  # fmt: skip
 
     a, b, c, st = runs["a"], runs["b"], runs["c"], runs["stream"]
-    speedup = a["wall_s"] / b["wall_s"]
-    chunk_time = st["chunk_latency"]["mean"]
-    first = st["first_delta_s"] if st["first_delta_s"] is not None else NAN
-    short_ratio = busy["p50_s"] / quiet["p50_s"]
+    found = verdict(runs, reference, quiet, busy)
+    first, chunk_time = found["first_delta_s"], found["chunk_mean_latency_s"]
     one = runs["b_parallel_1"]
-    targets = {
-        f"(b) 2 replicas chunked >= {SPEEDUP_TARGET:g}x faster than (a) 1 replica whole": speedup >= SPEEDUP_TARGET,
-        f"(b) chunked WER <= bare engine + {WER_POINTS:g} point": b["wer_pct"] <= reference["wer_pct"] + WER_POINTS,
-        f"first delta < a chunk's mean latency + {FIRST_DELTA_SLACK_S:g} s": first < chunk_time + FIRST_DELTA_SLACK_S,
-    }  # fmt: skip
     result = {
         "where": WHERE, "cpus": len(os.sched_getaffinity(0)),
         "model": f"whisper tiny.en (faster-whisper worker pods, resources.cpu {WORKER_CPU}: 1 thread each)",
         "recording": {"seconds": rec.seconds, "sentences": len(rec.sentences), "words": len(rec.text.split())},
-        "bare": reference, "runs": runs, "speedup_b_over_a": speedup,
-        "speedup_c_over_a": a["wall_s"] / c["wall_s"], "first_delta_s": first,
-        "chunk_mean_latency_s": chunk_time, "shorts_alone": quiet, "shorts_beside_long": busy,
-        "short_p50_ratio": short_ratio, "shorts_beside_long_parallel_1": busy_one,
-        "short_p50_ratio_parallel_1": busy_one["p50_s"] / quiet["p50_s"], "targets": targets,
+        "bare": reference, "runs": runs, **{k: v for k, v in found.items() if k != "shown"},
+        "shorts_beside_long_parallel_1": busy_one,
+        "short_p50_ratio_parallel_1": busy_one["p50_s"] / quiet["p50_s"],
     }  # fmt: skip
     table(f"One {rec.seconds:.0f} s request ({len(rec.sentences)} sentences), {WHERE}; tiny.en, 1 thread per worker pod",
           ["", "wall s", "x (a)", "WER %", "worker CPU s", "per pod", "frontend CPU s", "chunks", "chunk mean s"],
@@ -211,15 +180,10 @@ def run(quick: bool = False) -> dict[str, Any]:
            ["whole stream", st["wall_s"]]])  # fmt: skip
     table(f"Short requests ({short[2]:.1f} s sentence, one every second; 2 pods)",
           ["", "requests", "p50 s", "p99 s", "WER %"],
-          [["alone", quiet["requests"], quiet["p50_s"], quiet["p99_s"], quiet["wer_pct"]],
-           ["beside a long chunked request", busy["requests"], busy["p50_s"], busy["p99_s"], busy["wer_pct"]],
-           ["ratio of p50", "", short_ratio, "", ""],
+          [*short_rows(quiet, busy),
            ["beside it, maxParallelChunks 1", busy_one["requests"], busy_one["p50_s"], busy_one["p99_s"],
             busy_one["wer_pct"]],
            ["ratio of p50", "", busy_one["p50_s"] / quiet["p50_s"], "", ""]])  # fmt: skip
-    table("targets", ["target", "value", "met"],
-          [[k, v, "met" if ok else "missed"] for (k, ok), v in zip(targets.items(), [
-              f"{speedup:.2f}x", f"{b['wer_pct']:.2f}% vs {reference['wer_pct']:.2f}% + {WER_POINTS:g}",
-              f"{first:.2f} s vs {chunk_time:.2f} s + {FIRST_DELTA_SLACK_S:g}"], strict=True)])  # fmt: skip
+    targets_table(found["targets"], found["shown"])
     write("longaudio-node", result)
     return result

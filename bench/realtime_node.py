@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import testbed.cluster
-from testbed.kube import CRD_FILE, SAMPLES, Kubectl
+from testbed.kube import CRD_FILE, SAMPLES
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import HARD_SENTENCES, SENTENCES
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import testbed.cluster
 from testbed import scenarios
-from testbed.kube import CRD_FILE, Kubectl
+from testbed.kube import CRD_FILE
+from testbed.kubectl import Kubectl
 from testbed.load import summary
 from testkit.audio import SENTENCES, speak
 

@@ -8,12 +8,11 @@ python -m charts.render_install --digests DIGESTS --registry ghcr.io/OWNER --out
     release workflow's image jobs write), or a JSON object {"<image>": "sha256:..."}.
 
 Only the standard library is used (the release workflow runs it before any virtual
-environment exists); helm is the test bed's, built from its pinned Go module.
+environment exists); helm is the pinned one (``toolchain``), built from its Go module.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -21,7 +20,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import testbed.cluster  # the helm binary the test bed builds
+import toolchain
+from release import cli
 from release.images import NAMES
 from release.version import IMAGE_REF, current
 
@@ -47,14 +47,9 @@ class PinError(ValueError):
     rendered manifests do not refer to as the release names them."""
 
 
-def helm_binary() -> Path:
-    testbed.cluster.build((testbed.cluster.HELM,))
-    return testbed.cluster.HELM.path("helm")
-
-
 def render(chart: Path = CHART) -> str:
     out = subprocess.run(
-        [str(helm_binary()), "template", "transcription-operator", str(chart),
+        [str(toolchain.helm()), "template", "transcription-operator", str(chart),
          "--namespace", NAMESPACE],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
@@ -118,8 +113,7 @@ def read_digests(path: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m charts.render_install", __doc__)
     p.add_argument("--check", action="store_true")
     p.add_argument("--digests", type=Path, help="pin every image by digest (a release)")
     p.add_argument("--registry", help="where the release's images are (with --digests)")
@@ -127,21 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.digests and not args.registry:
         p.error("--digests needs --registry (e.g. ghcr.io/transcription-dev)")
-    text, path = render(), args.output
-    if args.digests:
-        try:
-            text = pin(text, read_digests(args.digests), args.registry, current())
-        except PinError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    if args.check:
-        if path.read_text() != text:
-            print("install.yaml is stale: run `python -m charts.render_install`", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(text)
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
+    text = render()
+
+    def output() -> int:
+        pinned = text
+        if args.digests:
+            pinned = pin(text, read_digests(args.digests), args.registry, current())
+        return cli.generated(args.output, pinned, args.check, "python -m charts.render_install")
+
+    return cli.run(output, PinError)
 
 
 if __name__ == "__main__":

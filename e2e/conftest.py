@@ -10,7 +10,8 @@ import pytest
 
 import testbed.cluster
 import testbed.realnode
-from testbed.kube import CRD_FILE, Kubectl, create_namespace
+from testbed.kube import CRD_FILE, create_namespace
+from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 from testkit.audio import SENTENCES, speak
 

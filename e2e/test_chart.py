@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 import testbed.cluster
-from testbed.kube import CHART, ROOT, SAMPLES, Kubectl, helm, wait_ready
+from testbed.kube import CHART, ROOT, SAMPLES, helm, wait_ready
+from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 
 RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"

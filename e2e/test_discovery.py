@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
+from testbed.kube import SAMPLES, wait_for, wait_ready
+from testbed.kubectl import Kubectl
 from transcription_api.routes import RouteTable
 from transcription_frontend.discovery import EndpointSliceWatcher, SliceIndex
 from transcription_frontend.routing import Router

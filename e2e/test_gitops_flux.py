@@ -39,7 +39,8 @@ import yaml
 
 import testbed.cluster
 from testbed import gitops, images
-from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get
+from testbed.kube import SAMPLES, condition, create_namespace, td_get
+from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 from transcription_api.findings import translation_message
 

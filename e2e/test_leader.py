@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from testbed.kube import SAMPLES, Kubectl, td_get, wait_for, wait_ready
+from testbed.kube import SAMPLES, td_get, wait_for, wait_ready
+from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build

@@ -26,23 +26,14 @@ from typing import Any
 
 import pytest
 
-from testbed.kube import SAMPLES, Kubectl
+from testbed.kube import SAMPLES
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit import monitoring
 from testkit.longaudio import long_recording
-from testkit.metrics_record import (
-    FIXTURES,
-    INTERVAL_S,
-    Sample,
-    Target,
-    chart_monitors,
-    parse,
-    pod_target,
-    scrape,
-    service_target,
-    write_fixture,
-)
+from testkit.prom import FIXTURES, INTERVAL_S, Sample, parse, write_fixture
 from testkit.realtime import conversation, transcribe_turns
+from testkit.scrape import Target, chart_monitors, pod_target, scrape, service_target
 from testkit.transcripts import client, transcribe_all
 
 NAME, POOL = "whisper-cpu", "cpu"

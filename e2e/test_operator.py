@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 import testbed.cluster
-from testbed.kube import SAMPLES, Kubectl, condition, td_get, wait_for, wait_ready
+from testbed.kube import SAMPLES, condition, td_get, wait_for, wait_ready
+from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build

@@ -30,11 +30,12 @@ import pytest
 
 import testbed.cluster
 from testbed import images
-from testbed.kube import SAMPLES, Kubectl, wait_for, wait_ready
+from testbed.kube import SAMPLES, wait_for, wait_ready
+from testbed.kubectl import Kubectl
+from testbed.netpol import ALLOWED, REFUSED, matrix, mismatches, probe, start_probes
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
-from testkit.netpol import ALLOWED, REFUSED, matrix, mismatches, probe, start_probes
 from testkit.otlp import Collector, tree
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed import scenarios
-from testbed.kube import Kubectl
+from testbed.kubectl import Kubectl
 from testbed.load import failures, summary
 from testbed.scenarios import Result, Scaling
 from testkit.audio import SENTENCES, speak

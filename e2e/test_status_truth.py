@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from testbed import images
-from testbed.kube import SAMPLES, Kubectl, condition, td_get, wait_for
+from testbed.kube import SAMPLES, condition, td_get, wait_for
+from testbed.kubectl import Kubectl
 from transcription_api.findings import POLICY_NAME, POLICY_PATH, findings
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 

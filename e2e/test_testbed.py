@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import testbed.cluster
-from testbed.kube import Kubectl, wait_for
+import toolchain
+from testbed.kube import wait_for
+from testbed.kubectl import Kubectl
 
 GPU_NODES = {n["name"] for n in testbed.cluster.NODES if n["gpus"]}
 
@@ -49,8 +51,8 @@ def test_nodes_advertise_gpus(kubectl: Kubectl) -> None:
 
 def test_server_reports_pinned_version(kubectl: Kubectl) -> None:
     version = json.loads(kubectl("version", "-o", "json"))
-    assert version["serverVersion"]["gitVersion"] == testbed.cluster.KUBERNETES.version
-    assert version["clientVersion"]["gitVersion"] == testbed.cluster.KUBERNETES.version
+    assert version["serverVersion"]["gitVersion"] == toolchain.KUBERNETES.version
+    assert version["clientVersion"]["gitVersion"] == toolchain.KUBERNETES.version
 
 
 def test_gpu_deployment_is_scheduled_on_a_gpu_node_and_runs(
@@ -174,9 +176,9 @@ def test_crd_schema_rejects_invalid_objects_at_admission(kubectl: Kubectl, names
 def test_real_node_runs_the_pinned_kubelet_and_containerd(kubectl: Kubectl, real_node: str) -> None:
     node = kubectl.json("get", "node", real_node)
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == testbed.cluster.KUBERNETES.version
-    assert info["kubeProxyVersion"] in ("", testbed.cluster.KUBERNETES.version)
-    containerd = testbed.cluster.CONTAINERD.version.lstrip("v")
+    assert info["kubeletVersion"] == toolchain.KUBERNETES.version
+    assert info["kubeProxyVersion"] in ("", toolchain.KUBERNETES.version)
+    containerd = toolchain.CONTAINERD.version.lstrip("v")
     assert info["containerRuntimeVersion"] == f"containerd://{containerd}"
     addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
     assert addresses["InternalIP"] == testbed.realnode.NODE_IP

@@ -23,7 +23,7 @@ import pytest
 
 import testbed.cluster
 from testbed import images
-from testbed.kube import Kubectl
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import wer
 from testkit.transcripts import report, stream_wer
@@ -91,8 +91,7 @@ def test_the_launcher_execs_transformers_serve_in_the_pools_mode(
     assert status["ready"]
     assert status["image"].split("/", 1)[1] == worker_image.split("/", 1)[1]
     # The launcher replaced itself: the container's first process is the server.
-    cmdline = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--",
-                      "cat", "/proc/1/cmdline").split("\0")  # fmt: skip
+    cmdline = kubectl.argv(namespace, pod["metadata"]["name"])
     assert "serve" in cmdline and CHECKPOINT in cmdline, cmdline
     assert ("--continuous-batching" in cmdline) == (POOLS[pool] == "continuous"), cmdline
     user = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--", "id", "-u")

@@ -32,7 +32,8 @@ import pytest
 
 import testbed.cluster
 from testbed import images
-from testbed.kube import Kubectl, td_get, wait_for
+from testbed.kube import td_get, wait_for
+from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
@@ -166,8 +167,7 @@ def test_the_launcher_runs_vllms_cpu_build_in_the_pools_mode(
     assert status["image"].split("/", 1)[1] == worker_image.split("/", 1)[1]
     # The launcher replaced itself: the container's first process is vLLM's OpenAI server
     # (the CPU build has no `vllm` command), serving the English-only copy of the checkpoint.
-    cmdline = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--",
-                      "cat", "/proc/1/cmdline").split("\0")  # fmt: skip
+    cmdline = kubectl.argv(namespace, pod["metadata"]["name"])
     assert "vllm.entrypoints.openai.api_server" in cmdline, cmdline
     model = cmdline[cmdline.index("--model") + 1]
     assert model.startswith("/var/cache/models/english-only/"), cmdline

@@ -4,7 +4,7 @@
   ``python -m release.images matrix`` is the workflow's build matrix.
 - ``release.version``: the one version source (``pyproject.toml``'s ``project.version``) and
   every place that repeats it; ``python -m release.version check|set|from-tag``.
-- ``release.chart``: ``helm package`` and ``helm push`` with the test bed's pinned helm.
+- ``release.chart``: ``helm package`` and ``helm push`` with the pinned helm (``toolchain``).
 - ``charts/render_install.py --digests``: ``install.yaml`` with every image pinned by digest.
 
 Only the standard library is used: the workflow runs these before any virtual environment

@@ -1,4 +1,4 @@
-"""Package the chart and push it to an OCI registry, with the test bed's pinned helm.
+"""Package the chart and push it to an OCI registry, with the pinned helm (``toolchain``).
 
     python -m release.chart package DEST       lint, then helm package into DEST; prints the
                                                archive's path
@@ -13,13 +13,13 @@ packaging a chart whose ``version`` or ``appVersion`` disagrees with ``pyproject
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import testbed.cluster  # the helm binary the test bed builds
+import toolchain
+from release import cli
 from release.version import ROOT, VersionError, current, parse
 
 CHART = ROOT / "charts" / "transcription-operator"
@@ -32,13 +32,8 @@ class ChartError(RuntimeError):
     """The chart cannot be packaged or pushed; the message says why."""
 
 
-def helm_binary() -> Path:
-    testbed.cluster.build((testbed.cluster.HELM,))
-    return testbed.cluster.HELM.path("helm")
-
-
 def _helm(*args: str, helm: Path | None = None) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([str(helm or helm_binary()), *args], capture_output=True, text=True)
+    out = subprocess.run([str(helm or toolchain.helm()), *args], capture_output=True, text=True)
     if out.returncode:
         said = "\n".join(t.strip() for t in (out.stdout, out.stderr) if t.strip())
         raise ChartError(f"helm {args[0]} failed (exit {out.returncode}):\n{said}")
@@ -104,8 +99,7 @@ def push(archive: Path, remote: str, helm: Path | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m release.chart", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m release.chart", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
     pk = sub.add_parser("package", help="lint and package the chart")
     pk.add_argument("dest", type=Path)
@@ -114,17 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("remote", help="oci://<registry>/<namespace>")
     sub.add_parser("helm", help="the pinned helm binary's path")
     args = p.parse_args(argv)
-    try:
-        if args.command == "package":
-            print(package(args.dest))
-        elif args.command == "push":
-            print(push(args.archive, args.remote))
-        else:
-            print(helm_binary())
-    except ChartError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    commands = {
+        "package": lambda: package(args.dest),
+        "push": lambda: push(args.archive, args.remote),
+        "helm": toolchain.helm,
+    }
+    return cli.run(lambda: print(commands[args.command]()), ChartError)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ images the operator runs (``transcription_operator.config.IMAGES``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from release import cli
 
 REGISTRY = "ghcr.io"
 DEFAULT_OWNER = "transcription-dev"
@@ -125,8 +126,7 @@ def spdx(sbom: object, platform: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m release.images", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m release.images", __doc__)
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("matrix", help="the build matrix as one line of JSON")
     m.add_argument("--owner", default=DEFAULT_OWNER, help="the GitHub owner (GHCR namespace)")
@@ -135,20 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     sb.add_argument("sbom", type=Path)
     sb.add_argument("platform", help="linux/amd64")
     args = p.parse_args(argv)
+
+    def sbom() -> None:
+        print(json.dumps(spdx(json.loads(args.sbom.read_text()), args.platform)))
+
+    def build_matrix() -> None:
+        print(json.dumps(matrix(args.owner), separators=(",", ":")))
+
     if args.command == "sbom":
-        try:
-            print(json.dumps(spdx(json.loads(args.sbom.read_text()), args.platform)))
-        except (OSError, ValueError) as e:
-            print(f"error: {args.sbom}: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return cli.run(sbom, OSError, ValueError, about=str(args.sbom))
     if args.command == "matrix":
-        try:
-            print(json.dumps(matrix(args.owner), separators=(",", ":")))
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return cli.run(build_matrix, ValueError)
     for i in IMAGES:
         why = f" ({i.amd64_only})" if i.amd64_only else ""
         print(f"{i.name:20} {i.dockerfile:36} {','.join(i.platforms)}{why}")

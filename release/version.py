@@ -16,13 +16,13 @@ images live in (``ghcr.io/<owner>``) is stamped and checked the same way.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from release import cli
 from release.images import NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,8 +237,7 @@ def stamp(version: str, registry: str | None = None, root: Path = ROOT) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m release.version", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = cli.parser("python -m release.version", __doc__)
     sub = p.add_subparsers(dest="command")
     sub.add_parser("check", help="exit 1 unless every place agrees with pyproject.toml")
     s = sub.add_parser("set", help="stamp a version into every place")
@@ -247,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("from-tag", help="the version a release tag (v<version>) names")
     t.add_argument("tag")
     args = p.parse_args(argv)
-    try:
+
+    def command() -> int:
         if args.command == "check":
             problems = check()
             for line in problems:
@@ -263,10 +263,9 @@ def main(argv: list[str] | None = None) -> int:
             print(from_tag(args.tag))
         else:
             print(current())
-    except VersionError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return cli.run(command, VersionError)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,12 @@ from typing import Any
 import yaml
 
 import testbed.cluster
+import toolchain
 from testbed import images
+from testbed.cluster import kubectl
 from testbed.kube import ROOT
 
-STATE = testbed.cluster.CACHE / "demo"
+STATE = toolchain.CACHE / "demo"
 NAMESPACE, SYSTEM_NS, RELEASE = "speech", "transcription-system", "transcription-operator"
 SAMPLE = ROOT / "samples" / "cpu-faster-whisper.yaml"
 SENTENCE = "Please send me the report before the end of the week."
@@ -38,10 +40,6 @@ STEPS = 4
 
 def step(n: int, msg: str) -> None:
     print(f"\n\033[1m[{n}/{STEPS}] {msg}\033[0m", flush=True)
-
-
-def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
-    return testbed.cluster.kubectl(*args, input=input, check=check)
 
 
 def wait_ready(name: str, timeout: float = 180) -> dict[str, Any]:
@@ -105,7 +103,7 @@ def up() -> int:
     step(2, "Helm chart: CRD, RBAC, and the operator running in the cluster from its image")
     namespace(SYSTEM_NS)
     repo, tag = refs["operator"].rsplit(":", 1)
-    out = subprocess.run([str(testbed.cluster.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
+    out = subprocess.run([str(toolchain.HELM.path("helm")), "upgrade", "--install", RELEASE, str(ROOT / "charts" / RELEASE),
                           "-n", SYSTEM_NS, "--wait", "--timeout", "3m", "--kubeconfig", str(testbed.cluster.KUBECONFIG),
                           "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
                           "--set", "image.pullPolicy=Never",

@@ -7,7 +7,7 @@
   through :class:`Repository`: a work tree whose commits it pushes to the bare repository
   on disk; nothing is pushed over HTTP (``http-backend`` refuses anonymous pushes).
 - **Flux.** source-controller and kustomize-controller, built from the pinned modules
-  (``testbed/tools/flux``, the ``FLUX`` tool of cluster.py), run as host processes with
+  (the ``FLUX`` tool of ``toolchain``), run as host processes with
   the test bed's admin kubeconfig, as the control plane's components do: leader election
   off, every namespace watched, every port on 127.0.0.1 and free when they start.
   kustomize-controller downloads each revision from source-controller's artifact server
@@ -16,7 +16,8 @@
   ``$TESTBED_CACHE/flux``; ``stop`` (and the test bed's ``down``) ends them. Only the tests
   that need them start them (``cluster.flux()``), never ``up``.
 
-Only the standard library is used (like cluster.py).
+Only the standard library is used (with ``testkit.host``, which uses nothing else), like
+cluster.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import http.server
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from testkit.host import alive, argv, free_port, pids
 
 CONTROLLERS = ("source-controller", "kustomize-controller")
 # The kinds whose objects carry Flux's finalizers: deleted while the controllers still run.
@@ -249,12 +251,6 @@ class Ports:
         return cls(*(free_port() for _ in range(5)))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def flux_dir(cache: Path) -> Path:
     return cache / "flux"
 
@@ -360,20 +356,20 @@ def stop(cache: Path, grace: float = 15.0) -> None:
     """Stop the controllers this cache directory's PID files name (SIGTERM, then SIGKILL),
     and any other left running from it; remove their artifact storage. The logs stay."""
     d = flux_dir(cache)
-    pids = set(leftovers(cache))
+    stopping = set(leftovers(cache))
     for name in CONTROLLERS:
         with contextlib.suppress(OSError, ValueError):
             pid = int((d / f"{name}.pid").read_text())
-            if name in _cmdline(pid):
-                pids.add(pid)
+            if name in " ".join(argv(pid)):
+                stopping.add(pid)
         (d / f"{name}.pid").unlink(missing_ok=True)
-    for pid in pids:
+    for pid in stopping:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+    while (running := [p for p in stopping if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in alive:
+    for pid in running:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     for proc in _children.values():
@@ -386,27 +382,9 @@ def stop(cache: Path, grace: float = 15.0) -> None:
 def leftovers(cache: Path) -> dict[int, str]:
     """Flux controllers running from a binary under the test bed's cache, by PID."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        argv0 = _cmdline(int(entry.name)).split(" ", 1)[0]
-        pid = int(entry.name)
-        if argv0.startswith(f"{cache}/") and Path(argv0).name in CONTROLLERS and _alive(pid):
-            found[pid] = _cmdline(pid)
+    for pid in pids():
+        args = argv(pid)
+        program = args[0] if args else ""
+        if program.startswith(f"{cache}/") and Path(program).name in CONTROLLERS and alive(pid):
+            found[pid] = " ".join(args)
     return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (ProcessLookupError, OSError):
-        return False
-    return stat.split(")")[-1].split()[0] != "Z"

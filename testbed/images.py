@@ -29,12 +29,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+
+import toolchain
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -62,18 +64,8 @@ def sources(package: str) -> tuple[str, ...]:
     return ("pyproject.toml", "api", package)
 
 
-def cache_dir() -> Path:
-    base = (
-        os.environ.get("TESTBED_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "transcription-operator"
-        / "testbed"
-    )
-    return Path(base) / "images"
-
-
-def say(msg: str) -> None:
-    print(f"[images] {msg}", file=sys.stderr, flush=True)
+CACHE = toolchain.CACHE / "images"
+say = partial(toolchain.say, who="images")
 
 
 @dataclass(frozen=True)
@@ -135,8 +127,12 @@ WORKER_VLLM_CPU = Image(
 ON_DEMAND = (WORKER_TRANSFORMERS, WORKER_VLLM_CPU)
 # The images that hold no test-bed binary: they can build while the binaries compile.
 WITHOUT_BINARY = tuple(i for i in ALL if not i.binary)
-# Where each binary image's binary comes from: set by the cluster module (cluster.py).
-BINARIES: dict[str, Path] = {}
+# Where each binary image's binary comes from: the pinned tools' builds.
+BINARIES: dict[str, Path] = {
+    "coredns": toolchain.COREDNS.path("coredns"),
+    "keda": toolchain.KEDA.path("operator"),
+    "keda-adapter": toolchain.KEDA.path("adapter"),
+}
 
 
 def _files(paths: tuple[str, ...]) -> list[Path]:
@@ -184,7 +180,7 @@ def ref(image: Image) -> str:
 
 
 def archive(image: Image) -> Path:
-    return cache_dir() / f"{image.name}-{digest(image)}.tar"
+    return CACHE / f"{image.name}-{digest(image)}.tar"
 
 
 def refs() -> dict[str, str]:
@@ -200,8 +196,8 @@ STORE_DRIVER = "overlay"
 
 
 def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
-    store = cache_dir() / f"builder-{STORE_DRIVER}"
-    old = cache_dir() / "buildah"  # the vfs store of earlier versions
+    store = CACHE / f"builder-{STORE_DRIVER}"
+    old = CACHE / "buildah"  # the vfs store of earlier versions
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
     cmd = [
@@ -305,9 +301,9 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
         # A stale archive is never used again: drop it before the build, whose layers,
         # commit and archive need the room (the transformers image: about 6.7 GB each; a
         # rebuild ran out of disk with the old archive still there).
-        for old in cache_dir().glob(f"{image.name}-*.tar"):
+        for old in CACHE.glob(f"{image.name}-*.tar"):
             old.unlink()
-        with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(cache_dir())) as t:
+        with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(CACHE)) as t:
             tmp = Path(t)
             if image is BASE:
                 _build_base(tmp)

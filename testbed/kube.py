@@ -1,8 +1,8 @@
-"""kubectl and helm against the test bed, and the small waits the suites share."""
+"""helm against the test bed, its samples, namespaces and the small waits the suites share
+(kubectl itself: ``testbed.kubectl``)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 import uuid
@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
+import toolchain
 from testbed import cluster
+from testbed.kubectl import Kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "transcriptiondeployments.transcription.dev.yaml"
@@ -22,59 +24,11 @@ SAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-class Kubectl:
-    """kubectl against the test bed, with JSON in and out."""
-
-    def __init__(self, kubeconfig: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.binary = str(cluster.KUBERNETES.path("kubectl"))
-
-    def run(
-        self, *args: str, input: str | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        if check and proc.returncode:
-            raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-        return proc
-
-    def __call__(self, *args: str, input: str | None = None) -> str:
-        return self.run(*args, input=input).stdout
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "-o", "json"))
-
-    def apply(self, obj: dict[str, Any] | str, namespace: str | None = None) -> str:
-        text = obj if isinstance(obj, str) else json.dumps(obj)
-        ns = ["-n", namespace] if namespace else []
-        return self("apply", *ns, "-f", "-", input=text)
-
-    def pods(
-        self, namespace: str, instance: str, component: str, pool: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The pods of one component of a resource (of one pool, for workers), less those
-        being deleted."""
-        selector = f"app.kubernetes.io/instance={instance},app.kubernetes.io/component={component}"
-        if pool:
-            selector += f",transcription.dev/pool={pool}"
-        items: list[dict[str, Any]] = self.json("get", "pods", "-n", namespace, "-l", selector)[
-            "items"
-        ]
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
-
-    def service_url(self, namespace: str, name: str) -> str:
-        """The ClusterIP URL of a Service's first port."""
-        svc = self.json("get", "service", name, "-n", namespace)
-        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
-
-
 def helm(
     *args: str, check: bool = True, kubeconfig: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """The test bed's helm binary."""
-    cmd = [str(cluster.HELM.path("helm")), *args]
+    cmd = [str(toolchain.HELM.path("helm")), *args]
     if kubeconfig:
         cmd += ["--kubeconfig", str(kubeconfig)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from testbed import images
-from testbed.kube import CHART, Kubectl, create_namespace, helm, wait_for, wait_ready
-from testkit.standins import free_port
+from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready
+from testbed.kubectl import Kubectl
+from testkit import processes
+from testkit.host import free_port
 
 
 class OperatorProcess:
@@ -58,11 +60,7 @@ class OperatorProcess:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            processes.stop(self.proc, grace=30)
         self.log.close()
         self.proc = None
 

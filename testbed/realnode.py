@@ -21,7 +21,8 @@ and removed by `down()`:
 The API server authenticates to the kubelet with the test bed's admin client certificate;
 the kubelet checks it against the test bed's CA and authorizes through the API server.
 
-Only the standard library is used (like testbed.py).
+Only the standard library is used (with ``toolchain`` and ``testkit.host``, which use
+nothing else), like cluster.py.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from testkit import host
+from toolchain import say
 
 NODE_NAME = "real-node-1"
 HOST_IF = "tbhost0"
@@ -54,10 +57,6 @@ RUNC = shutil.which("runc") or "/usr/sbin/runc"
 SOCKET = RUN / "containerd" / "containerd.sock"
 PROCESSES = ("apiserver-proxy", "containerd", "kubelet", "kube-proxy", "kube-router")
 SIMULATED_TAINT = "testbed.transcription.dev/simulated"
-
-
-def say(msg: str) -> None:
-    print(f"[testbed] {msg}", file=sys.stderr, flush=True)
 
 
 def sh(*args: str, check: bool = True, input: str | None = None) -> str:
@@ -366,23 +365,25 @@ state = "{state}"
             "--v=1",
         ]
 
-    def restart(self, name: str) -> None:
-        """Stop one of the node's daemons (SIGTERM, as systemd would) and start it again
-        with the same command line: a kubelet or containerd restart; pods keep running
-        (their containers belong to the shims)."""
+    def stop(self, name: str) -> None:
+        """Stop one of the node's daemons as systemd would (SIGTERM, then SIGKILL after a
+        grace period); pods keep running (their containers belong to the shims)."""
         _stop(self.dir, name)
+
+    def start(self, name: str) -> None:
+        """Start the kubelet or containerd (again) with its usual command line."""
         if name == "containerd":
             self._containerd()
         elif name == "kubelet":
             self._start("kubelet", self._kubelet_cmd())
         else:
-            raise ValueError(f"cannot restart {name!r}: kubelet or containerd")
+            raise ValueError(f"cannot start {name!r} alone: kubelet or containerd")
 
     # ----------------------------------------------------------------- processes
 
     def _start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         pid = self._pid(name)
-        if pid and _alive(pid):
+        if pid and host.alive(pid):
             return
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -426,7 +427,7 @@ def _pid(d: Path, name: str) -> int | None:
 
 def running(cache: Path) -> dict[str, bool]:
     d = node_dir(cache)
-    return {n: bool((pid := _pid(d, n)) and _alive(pid)) for n in PROCESSES}
+    return {n: bool((pid := _pid(d, n)) and host.alive(pid)) for n in PROCESSES}
 
 
 def owner(cache: Path) -> str:
@@ -441,12 +442,12 @@ def owner(cache: Path) -> str:
 
 def _stop(d: Path, name: str, grace: float = 10.0) -> None:
     pid = _pid(d, name)
-    if pid and _alive(pid):
+    if pid and host.alive(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while _alive(pid) and time.monotonic() < deadline:
+        while host.alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
+        if host.alive(pid):
             os.kill(pid, signal.SIGKILL)
     (d / f"{name}.pid").unlink(missing_ok=True)
 
@@ -504,7 +505,7 @@ def pod_processes() -> dict[int, str]:
     for procs in Path("/sys/fs/cgroup").glob("*/kubepods/**/cgroup.procs"):
         with contextlib.suppress(OSError):
             for pid in map(int, procs.read_text().split()):
-                if _alive(pid) and pid not in found:
+                if host.alive(pid) and pid not in found:
                     found[pid] = _cmdline(pid)
     return found
 
@@ -515,11 +516,10 @@ def leftovers(cache: Path) -> dict[int, str]:
     their command lines). Empty after a clean `teardown`."""
     found = pod_processes()
     marks = (str(SOCKET), str(node_dir(cache)), str(RUN), f"--hostname-override={NODE_NAME}")
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            cmd = _cmdline(int(entry.name))
-            if any(m in cmd for m in marks) and _alive(int(entry.name)):
-                found[int(entry.name)] = cmd
+    for pid in host.pids():
+        cmd = _cmdline(pid)
+        if any(m in cmd for m in marks) and host.alive(pid):
+            found[pid] = cmd
     return found
 
 
@@ -558,10 +558,7 @@ def leftover_rules() -> list[str]:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return "?"
+    return " ".join(host.argv(pid)) or "?"
 
 
 def _kill_pod_processes(timeout: float = 10.0) -> None:
@@ -582,32 +579,12 @@ def _kill_pod_processes(timeout: float = 10.0) -> None:
         )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _kill_matching(pattern: str) -> None:
     rx = re.compile(pattern)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if rx.search(cmdline):
+    for pid in host.pids():
+        if rx.search(" ".join(host.argv(pid))):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def _unmount_below(root: Path) -> None:

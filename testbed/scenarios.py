@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -28,8 +25,9 @@ from typing import Any
 
 import testbed.cluster
 import testbed.realnode
-from testbed import images
-from testbed.kube import SAMPLES, Kubectl, condition, create_namespace, td_get, wait_for
+from testbed import faults, images
+from testbed.kube import SAMPLES, condition, create_namespace, td_get, wait_for
+from testbed.kubectl import Kubectl
 from testbed.load import Load, Outcome
 from testbed.operators import operator_in_cluster
 from testkit.audio import wer
@@ -303,7 +301,7 @@ def worker_killed(s: Scaling) -> Result:
         name = pod["metadata"]["name"]
         restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         start = time.monotonic()
-        os.kill(container_pid(pod), signal.SIGKILL)
+        faults.kill_container(pod)
 
         def back() -> bool:
             pods = s.pods("worker")
@@ -337,7 +335,7 @@ def frontend_deleted(s: Scaling) -> Result:
 
 
 def api_server_restarted(s: Scaling) -> Result:
-    result = _during(s, "API server restart", 2, restart_api_server)
+    result = _during(s, "API server restart", 2, faults.restart_api_server)
     # The operator's watches resumed: a child deleted now is restored.
     svc = f"{NAME}-scaler"
     uid = s.kubectl.json("get", "service", svc, "-n", s.namespace)["metadata"]["uid"]
@@ -365,7 +363,7 @@ def operator_leader_killed(s: Scaling) -> Result:
         old = {p["metadata"]["name"] for p in s.pods("worker")}
         start, killed_at = time.monotonic(), datetime.now(UTC)
         s.apply(resource(env=[{"name": "ROLLOUT", "value": str(time.time())}]))
-        os.kill(container_pid(pod), signal.SIGKILL)
+        faults.kill_container(pod)
 
         def new_term() -> str:
             """Who leads now: the standby, or the killed leader's container restarted in
@@ -474,7 +472,7 @@ def _node_daemon_restarted(s: Scaling, daemon: str) -> Result:
         _ready_again(s)  # status catches up with a pool the load just woke
         with StatusTimeline(s) as timeline:
             start, at = time.monotonic(), datetime.now(UTC)
-            testbed.cluster.node().restart(daemon)
+            faults.restart_node_daemon(daemon)
             notes[f"{daemon}_back_s"] = round(time.monotonic() - start, 1)
             wait_for(lambda: _node_lease_renewed(s) > at, timeout=120, interval=0.5,
                      what=f"the kubelet renewing its node Lease since the {daemon} restart")  # fmt: skip
@@ -519,20 +517,14 @@ def api_server_paused(s: Scaling, seconds: float = 60.0) -> Result:
     stay open and hang. The frontend serves from the endpoints it knows; the operator's
     Lease cannot be renewed meanwhile. `notes["status"]`: what status said through it;
     `notes["paused"]`: the pause's (start, end), in time.monotonic()."""
-    cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
-    pid = int((cluster / "pids" / "kube-apiserver.pid").read_text())
-
     notes: dict[str, Any] = {}
 
     def act() -> float:
         _ready_again(s)  # status catches up with a pool the load just woke
         with StatusTimeline(s) as timeline:
             start = time.monotonic()
-            os.kill(pid, signal.SIGSTOP)
-            try:
+            with faults.api_server_frozen():
                 time.sleep(seconds)
-            finally:
-                os.kill(pid, signal.SIGCONT)
             notes["paused"] = (start, time.monotonic())  # monotonic, as the outcomes' times
             wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
             wait_for(
@@ -678,42 +670,3 @@ def _fill_node(s: Scaling, on_node_of: set[str]) -> None:
     }, s.namespace)  # fmt: skip
     wait_for(lambda: s.kubectl.json("get", "pod", FILLER, "-n", s.namespace)["status"].get("phase") == "Running",
              timeout=60, interval=1, what=f"the filler pod ({free}m CPU) running")  # fmt: skip
-
-
-def container_pid(pod: dict[str, Any]) -> int:
-    """The host PID of a pod's container process (its init, as containerd runs it)."""
-    cid = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    out = testbed.cluster.node().ctr("tasks", "ls") or ""
-    for line in out.splitlines()[1:]:
-        task, pid, *_ = line.split()
-        if task == cid:
-            return int(pid)
-    raise AssertionError(f"no running task for container {cid}")
-
-
-def restart_api_server() -> float:
-    """Stop the API server and start it again with the same command line, under kwokctl's
-    PID file (so that `testbed down` stops the new process too); returns how long it was
-    away."""
-    cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
-    pidfile = cluster / "pids" / "kube-apiserver.pid"
-    pid = int(pidfile.read_text())
-    cmdline = _cmdline(Path(f"/proc/{pid}"))
-    assert cmdline and Path(cmdline[0]).name == "kube-apiserver", f"{pidfile}: {cmdline}"
-    start = time.monotonic()
-    os.kill(pid, signal.SIGTERM)
-    while Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
-    with (cluster / "logs" / "kube-apiserver.log").open("ab") as log:
-        proc = subprocess.Popen(cmdline, cwd=cluster, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    pidfile.write_text(str(proc.pid))
-    wait_for(testbed.cluster.is_up, timeout=120, interval=0.5, what="the API server back")
-    return time.monotonic() - start
-
-
-def _cmdline(proc: Path) -> list[str]:
-    try:
-        return [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-    except OSError:
-        return []

@@ -2,7 +2,7 @@
 
 The series are the fixtures `testkit.metrics_record` writes (tests/fixtures/metrics/<source>/
 <scenario>.prom: scrapes of the real components, with the monitors' target labels). promtool
-is the test bed's, built from its pinned Go module (`python -m testbed build`).
+is the pinned one (`toolchain`), built by `python -m testbed build`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
-from testkit.metrics_record import CHART, FIXTURES, INTERVAL_S, Sample, input_series, read_fixture
+import toolchain
+from testkit.prom import FIXTURES, INTERVAL_S, Sample, read_fixture, series_text
+from testkit.scrape import CHART
 
 ALERTS = CHART / "files" / "alerts.yaml"
 DASHBOARD = CHART / "files" / "dashboard.json"
@@ -32,10 +34,8 @@ VARIABLES = {"$__rate_interval": "2m", "$__interval": "30s", "$__range": "1h",
 
 
 def promtool() -> Path | None:
-    """The test bed's promtool, if it has been built."""
-    import testbed.cluster
-
-    path = testbed.cluster.PROMTOOL.path("promtool")
+    """The pinned promtool, if it has been built."""
+    path = toolchain.PROMTOOL.path("promtool")
     return path if path.exists() else None
 
 
@@ -44,6 +44,41 @@ def run_promtool(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(binary), *args], capture_output=True, text=True, cwd=cwd, timeout=300,
                           env={**os.environ, "TZ": "UTC"})  # fmt: skip
+
+
+def input_series(samples: Iterable[Sample], types: Mapping[str, str], steps: int,
+                 extra: Mapping[str, str] | None = None) -> list[dict[str, str]]:  # fmt: skip
+    """promtool's `input_series` for a recorded timeline, held for `steps` scrapes in all:
+    the recorded scrapes, then the last scrape's state sustained (counters go on growing at
+    their mean rate since the first scrape, gauges keep their last value). A counter absent
+    from the first scrapes was 0 until it appeared; a gauge was absent. A series missing
+    from the last scrape (gone, or its target down) stays absent."""
+    samples = list(samples)
+    end = max((s.step for s in samples), default=0)
+    by_series: dict[str, dict[int, float]] = {}
+    names: dict[str, str] = {}
+    for s in samples:
+        key = series_text(s.name, {**dict(s.labels), **(extra or {})})
+        by_series.setdefault(key, {})[s.step] = s.value
+        names[key] = s.name
+    out = []
+    for key in sorted(by_series):
+        points = by_series[key]
+        counter = types.get(names[key]) == "counter"
+        values: list[str] = []
+        for i in range(end + 1):
+            v = points.get(i, 0.0 if counter and i < min(points) else None)
+            values.append("_" if v is None else _num(v))
+        if end in points and steps > end + 1:
+            # A counter goes on at its mean rate since the first scrape (0 where absent).
+            rate = (points[end] - points.get(0, 0.0)) / end if counter and end else 0.0
+            values.append(f"{_num(points[end] + rate)}+{_num(rate)}x{steps - end - 2}")
+        out.append({"series": key, "values": " ".join(values)})
+    return out
+
+
+def _num(v: float) -> str:
+    return repr(int(v)) if v == int(v) else repr(v)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The project's processes started as a pod would start them, for suites against real
-engines: wait for a health URL, the frontend on a route table."""
+engines: wait for a health URL, the frontend on a route table, stop one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from testkit.standins import free_port
+from testkit.host import free_port
 from transcription_api.frontend import SETTINGS_ENV, FrontendSettings
 from transcription_api.routes import RouteTable
 
@@ -40,6 +40,16 @@ def start(args: list[str], log: Path, url: str, cwd: Path | None = None,
                                 stdout=out, stderr=out)  # fmt: skip
     wait_http(url, proc, log)
     return proc
+
+
+def stop(proc: subprocess.Popen[Any], grace: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it is still running after `grace` seconds; reaped."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def local_settings(port: int, **settings: Any) -> FrontendSettings:

@@ -6,9 +6,11 @@ from typing import Any
 
 from transcription_api.v1alpha1 import TranscriptionDeployment
 
+NAME, NAMESPACE = "whisper", "speech"  # the resource the fast tests drive
+
 
 def make_td(
-    spec: dict[str, Any], name: str = "whisper", namespace: str = "speech"
+    spec: dict[str, Any], name: str = NAME, namespace: str = NAMESPACE
 ) -> TranscriptionDeployment:
     return TranscriptionDeployment.model_validate(
         {

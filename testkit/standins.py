@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from testkit.host import free_port
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 VLLM = FIXTURES / "vllm-0.32"
@@ -87,6 +89,30 @@ class Behaviour:
     max_in_flight: int = 0
     cancelled: int = 0
 
+    @asynccontextmanager
+    async def busy(self) -> AsyncIterator[None]:
+        """One request in flight for the block; a cancelled one (its client gone) counted."""
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            yield
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+
+    async def compute(self, request: Request) -> Response | None:
+        """`delay` seconds of "compute"; a 499 if the client goes away meanwhile (counted
+        as cancelled, as vLLM aborts the request of a client that went away)."""
+        deadline = time.monotonic() + self.delay
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            if await request.is_disconnected():
+                self.cancelled += 1
+                return Response(status_code=499)
+        return None
+
 
 async def _form(request: Request) -> tuple[list[tuple[str, str]], bytes | None, str]:
     form = await request.form(max_part_size=1024 * 1024)
@@ -124,15 +150,8 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
     names = {"whisper-tiny.en": served[0], "whisper-1": served[1] if len(served) > 1 else served[0]}
 
     async def transcribe(request: Request) -> Response:
-        b.in_flight += 1
-        b.max_in_flight = max(b.max_in_flight, b.in_flight)
-        try:
+        async with b.busy():
             return await _transcribe(request)
-        except asyncio.CancelledError:
-            b.cancelled += 1
-            raise
-        finally:
-            b.in_flight -= 1
 
     async def _transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
@@ -172,12 +191,8 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
         stream = f.get("stream", "false").lower() in ("true", "1")
         if stream and fmt == "verbose_json":
             return replay(VLLM, "stream_verbose")
-        deadline = time.monotonic() + b.delay
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-            if await request.is_disconnected():
-                b.cancelled += 1  # as vLLM aborts the request of a client that went away
-                return Response(status_code=499)
+        if (gone := await b.compute(request)) is not None:
+            return gone
         if stream:
             return _stream(f.get("model") or served[0])
         status, ctype, body = recording(VLLM, fmt if fmt != "json" else "json")
@@ -279,23 +294,12 @@ def transformers_app(
     b = behaviour or Behaviour()
 
     async def tracked(request: Request, handler: Any) -> Response:
-        b.in_flight += 1
-        b.max_in_flight = max(b.max_in_flight, b.in_flight)
-        try:
+        async with b.busy():
             if b.status:
                 return PlainTextResponse("overloaded", status_code=b.status)
-            deadline = time.monotonic() + b.delay
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-                if await request.is_disconnected():
-                    b.cancelled += 1
-                    return Response(status_code=499)
+            if (gone := await b.compute(request)) is not None:
+                return gone
             return await handler()  # type: ignore[no-any-return]
-        except asyncio.CancelledError:
-            b.cancelled += 1
-            raise
-        finally:
-            b.in_flight -= 1
 
     async def transcribe(request: Request) -> Response:
         fields, data, fname = await _form(request)
@@ -437,12 +441,6 @@ class RawWorker:
 
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
         self._thread.join(timeout=5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The test bed's checker binaries (helm, actionlint, promtool) for the suites that run them."""
+"""The pinned checker binaries (helm, actionlint, promtool) for the suites that run them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cluster
+from toolchain import Tool
 
 
-def built(tool: cluster.Tool, binary: str) -> Path:
-    """A test-bed binary; a test without it skips here, and fails in CI, where `make test`
-    builds every tool first."""
+def built(tool: Tool, binary: str) -> Path:
+    """A pinned tool's binary; a test without it skips here, and fails in CI, where `make
+    test` builds every tool first."""
     path = tool.path(binary)
     if not path.exists():
         if os.environ.get("CI"):

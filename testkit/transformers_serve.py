@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import transformers
 
-from testkit.standins import FIXTURES, free_port
+from testkit import processes
+from testkit.host import free_port
+from testkit.standins import FIXTURES
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
@@ -54,12 +56,7 @@ class Server:
         return True
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, grace=20)
 
 
 def launch(

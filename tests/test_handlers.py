@@ -12,9 +12,11 @@ import kopf
 import pytest
 from kopf._cogs.structs.references import Resource
 
+from testkit.operator import RecordingKube
 from transcription_api.v1alpha1 import API_VERSION, KIND
 from transcription_operator import handlers, manager, metrics
 from transcription_operator.leader import ElectionConfig
+from transcription_operator.names import MANAGED_BY_LABEL, PART_OF
 from transcription_operator.reconciler import Result
 
 
@@ -174,26 +176,9 @@ def test_a_failed_election_loop_stops_the_process(monkeypatch: pytest.MonkeyPatc
 # --------------------------------------------------------------------------- watch gaps
 
 
-class Lister:
-    """Stands in for Kube.list: what exists now, by kind."""
-
-    def __init__(self, objs: dict[str, list[dict[str, Any]]] | None) -> None:
-        self.objs = objs
-        self.calls = 0
-
-    def list(
-        self, kind: str, namespace: str | None, label_selector: str = ""
-    ) -> list[dict[str, Any]]:
-        self.calls += 1
-        if self.objs is None:
-            raise ConnectionRefusedError("the API server is away")
-        return [
-            o for o in self.objs.get(kind, []) if namespace in (None, o["metadata"]["namespace"])
-        ]
-
-
 def child(kind: str, name: str, instance: str) -> dict[str, Any]:
-    meta = {"namespace": "ns", "name": name, "labels": {"app.kubernetes.io/instance": instance}}
+    labels = {"app.kubernetes.io/instance": instance, MANAGED_BY_LABEL: PART_OF}
+    meta = {"namespace": "ns", "name": name, "labels": labels}
     return {
         "kind": kind,
         "apiVersion": "v1",
@@ -218,16 +203,19 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
             **td("w"),
             "metadata": {**td("w")["metadata"], "uid": "u-w", "resourceVersion": "1"},
         }
-        kube = Lister({KIND: [resource], "Service": [scaler, frontend]})
-        manager.relist(kube, ())  # type: ignore[arg-type]
+        kube = RecordingKube()
+        for obj in (resource, scaler, frontend):
+            kube.server.put(obj)
+        manager.relist(kube, ())
         assert rt.cache.get("Service", "ns", "w-scaler") is not None
-        relister = asyncio.create_task(manager._relister(kube))  # type: ignore[arg-type]
-        kube.objs = None  # the API server goes away; the scaler Service is deleted meanwhile
+        relister = asyncio.create_task(manager._relister(kube))
+        kube.server.down = True  # the API server goes away; the scaler Service is deleted meanwhile
+        kube.server.remove("Service", "ns", "w-scaler")
         # kopf's watches come back and list what exists (as events with no type).
         await handlers.resource_event(event={"type": None}, body=resource)  # type: ignore[arg-type]
         await asyncio.sleep(0.2)  # the first relist fails: the API server is still away
         assert rt.cache.get("Service", "ns", "w-scaler") is not None and rt.queue.depth == 1
-        kube.objs = {KIND: [resource], "Service": [frontend]}
+        kube.server.down = False
         await asyncio.sleep(0.3)
         assert rt.cache.get("Service", "ns", "w-scaler") is None
         assert rt.cache.get("Service", "ns", "w") is not None
@@ -266,9 +254,9 @@ def test_the_echo_of_the_operators_own_write_asks_for_no_reconcile(
         # Children alike: the applied object, cached from the answer, then its echo.
         svc = child("Service", "w", "w")
         rt.cache.put(svc)
-        assert manager.remember("Service", "v1", "MODIFIED", svc)[1] is False
+        assert rt.remember("Service", "v1", "MODIFIED", svc)[1] is False
         newer = {**svc, "metadata": {**svc["metadata"], "resourceVersion": "2"}}
-        assert manager.remember("Service", "v1", "MODIFIED", newer)[1] is True
+        assert rt.remember("Service", "v1", "MODIFIED", newer)[1] is True
 
     asyncio.run(main())
 

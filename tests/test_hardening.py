@@ -25,7 +25,8 @@ from testkit.frontend import (
     error,
     pool,
 )
-from testkit.standins import Behaviour, Running, free_port, serve, transformers_app
+from testkit.host import free_port
+from testkit.standins import Behaviour, Running, serve, transformers_app
 from transcription_api.multipart import parse_upload
 from transcription_api.routes import RouteTable
 

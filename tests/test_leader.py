@@ -6,13 +6,13 @@ The real API server is in e2e/test_leader.py (two operator processes, a killed l
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from testkit.apiserver import ApiServer
+from transcription_operator.kinds import LEASE
 from transcription_operator.kube import KubeError
 from transcription_operator.leader import (
     ElectionConfig,
@@ -206,44 +206,24 @@ def _missing() -> Any:
 # --------------------------------------------------------------------------- requests
 
 
-class FakeApiServer:
-    """One Lease, kept the way the API server keeps it: JSON in and out, resourceVersion
-    bumped on every write, an update carrying a stale one refused with 409."""
+class LeaseServer(ApiServer):
+    """The API-server stand-in (resourceVersion bumped on every write, an update carrying a
+    stale one refused with 409), asking a time limit of every request: a hung request must
+    not hold a leader."""
 
-    def __init__(self) -> None:
-        self.lease: dict[str, Any] | None = None
-        self.version = 0
-        self.down = False
-        self.requests: list[str] = []
+    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        timeout = kw.get("timeout")
+        assert timeout is not None and timeout > 0
+        return super().request(method, path, body, **kw)
 
-    def request(
-        self, method: str, path: str, body: Any = None, timeout: float | None = None, **_: Any
-    ) -> Any:
-        self.requests.append(method)
-        assert timeout is not None and timeout > 0  # a hung request must not hold a leader
-        if self.down:
-            raise ConnectionRefusedError("the API server is down")
-        if method == "GET":
-            if self.lease is None:
-                raise KubeError(404, "Not Found", json.dumps({"message": "not found"}))
-            return copy.deepcopy(self.lease)
-        body = json.loads(json.dumps(body))
-        if method == "POST":
-            if self.lease is not None:
-                raise KubeError(409, "Conflict", json.dumps({"message": "already exists"}))
-        elif method == "PUT":
-            assert self.lease is not None
-            if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-                raise KubeError(409, "Conflict", json.dumps({"message": "modified"}))
-        self.version += 1
-        body["metadata"]["resourceVersion"] = str(self.version)
-        self.lease = body
-        return copy.deepcopy(body)
+    @property
+    def methods(self) -> list[str]:
+        return [method for method, _ in self.requests]
 
     @property
     def record(self) -> LeaseRecord:
-        assert self.lease is not None
-        return LeaseRecord.from_spec(self.lease["spec"])
+        lease = self.objects[LEASE.path("ops", "transcription-operator")]
+        return LeaseRecord.from_spec(lease["spec"])
 
 
 class Clock:
@@ -257,7 +237,7 @@ class Clock:
         return T0 + timedelta(seconds=self.now)
 
 
-def candidate(server: FakeApiServer, clock: Clock, identity: str, **kw: Any) -> LeaderElection:
+def candidate(server: LeaseServer, clock: Clock, identity: str, **kw: Any) -> LeaderElection:
     cfg = config(identity, **kw)
     lock = LeaseLock(server, cfg.namespace, cfg.name)  # type: ignore[arg-type]
     return LeaderElection(cfg, lock, lambda: None, lambda: None, clock=clock, wall=clock.wall)
@@ -268,21 +248,21 @@ def attempt(e: LeaderElection, clock: Clock) -> bool:
 
 
 def test_first_candidate_creates_the_lease_and_renews_it_without_reading() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     a, b = candidate(server, clock, "a"), candidate(server, clock, "b")
     assert attempt(a, clock)
-    assert server.requests == ["GET", "POST"]
+    assert server.methods == ["GET", "POST"]
     assert not attempt(b, clock)
     clock.now += 2
     server.requests.clear()
     assert attempt(a, clock)
-    assert server.requests == ["PUT"]  # the fast path
+    assert server.methods == ["PUT"]  # the fast path
     assert server.record == LeaseRecord("a", 15, T0 + timedelta(seconds=1000),
                                         T0 + timedelta(seconds=1002), 0)  # fmt: skip
 
 
 def test_a_silent_leader_is_replaced_after_the_lease_duration() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     a, b = candidate(server, clock, "a"), candidate(server, clock, "b")
     assert attempt(a, clock)
     clock.now += 1
@@ -297,7 +277,7 @@ def test_a_silent_leader_is_replaced_after_the_lease_duration() -> None:
 
 
 def test_of_two_candidates_racing_for_an_expired_lease_exactly_one_wins() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     gone = candidate(server, clock, "gone")
     assert attempt(gone, clock)
     b, c = candidate(server, clock, "b"), candidate(server, clock, "c")
@@ -320,7 +300,7 @@ def test_of_two_candidates_racing_for_an_expired_lease_exactly_one_wins() -> Non
 
 
 def test_release_hands_over_at_the_next_attempt() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     a, b = candidate(server, clock, "a"), candidate(server, clock, "b")
     assert attempt(a, clock) and not attempt(b, clock)
     assert a.release_now(timeout=5)
@@ -332,7 +312,7 @@ def test_release_hands_over_at_the_next_attempt() -> None:
 
 
 def test_leading_ends_at_the_renew_deadline_without_a_renewal() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     a = candidate(server, clock, "a")
     a._leading, a._renewed_at = True, clock()  # what the loop does after a success
     assert a.is_leading()
@@ -343,7 +323,7 @@ def test_leading_ends_at_the_renew_deadline_without_a_renewal() -> None:
 
 
 def test_api_errors_are_a_failed_attempt_not_a_crash() -> None:
-    server, clock = FakeApiServer(), Clock()
+    server, clock = LeaseServer(), Clock()
     a = candidate(server, clock, "a")
     server.down = True
     assert not attempt(a, clock)
@@ -353,7 +333,7 @@ def test_api_errors_are_a_failed_attempt_not_a_crash() -> None:
     server.requests.clear()
     clock.now += 2
     assert not a.try_acquire_or_renew(deadline=clock() - 1)
-    assert server.requests == []
+    assert server.methods == []
 
 
 # --------------------------------------------------------------------------- the loop
@@ -373,7 +353,7 @@ def test_the_loop_fails_over_steps_down_and_reacquires() -> None:
     """Real time, short settings: lease 1 s, renew deadline 0.6 s, retry 0.2 s."""
 
     async def main() -> None:
-        server = FakeApiServer()
+        server = LeaseServer()
         events: list[str] = []
         fast = {"lease_duration": 1.0, "renew_deadline": 0.6, "retry_period": 0.2}
 

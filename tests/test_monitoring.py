@@ -12,20 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-import testbed.cluster as cluster
+import toolchain
 from testkit import monitoring
-from testkit.metrics_record import (
-    DEPLOYMENT,
-    NAMESPACE,
-    RELEASE,
-    Sample,
-    Target,
-    input_series,
-    monitoring_api_versions,
-    relabel,
-    scrape,
-)
-from testkit.monitoring import ALERTS, Recording
+from testkit.monitoring import ALERTS, Recording, input_series
+from testkit.prom import Sample
+from testkit.resources import NAME, NAMESPACE
+from testkit.scrape import RELEASE, Target, monitoring_api_versions, relabel, scrape
 from testkit.tools import built
 
 CHART = monitoring.CHART
@@ -33,12 +25,12 @@ CHART = monitoring.CHART
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    return built(cluster.PROMTOOL, "promtool")
+    return built(toolchain.PROMTOOL, "promtool")
 
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    return built(cluster.HELM, "helm")
+    return built(toolchain.HELM, "helm")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +39,7 @@ def recording() -> Recording:
 
 
 def render(*args: str) -> list[dict[str, Any]]:
-    helm = built(cluster.HELM, "helm")
+    helm = built(toolchain.HELM, "helm")
     out = subprocess.run([str(helm), "template", RELEASE, str(CHART), "-n", "transcription-system", *args],
                          check=True, capture_output=True, text=True)  # fmt: skip
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -96,8 +88,8 @@ def test_pod_monitors_watch_only_the_watched_namespaces() -> None:
 def test_relabelling_yields_the_labels_of_the_resource_pool_and_engine(helm: Path) -> None:
     """The worker PodMonitor's relabelings, as Prometheus applies them to a worker pod the
     operator created; a transformers worker (no /metrics) is not scraped."""
-    from testkit.metrics_record import chart_monitors, pod_target
     from testkit.resources import make_td
+    from testkit.scrape import chart_monitors, pod_target
     from transcription_operator.children import build
     from transcription_operator.config import OperatorConfig
     from transcription_operator.plan import plan
@@ -126,7 +118,7 @@ def test_relabelling_yields_the_labels_of_the_resource_pool_and_engine(helm: Pat
 
 
 def test_operator_series_get_the_resource_as_namespace_and_deployment(helm: Path) -> None:
-    from testkit.metrics_record import chart_monitors, service_target
+    from testkit.scrape import chart_monitors, service_target
 
     t = service_target(chart_monitors()["operator"], "op-metrics", "op-1", "transcription-system",
                        {}, "10.0.0.9:8080", "operator")  # fmt: skip
@@ -172,7 +164,7 @@ def test_recorded_series_carry_the_monitors_labels(source: str) -> None:
     recording = Recording.load(source)
     want = {
         "namespace": NAMESPACE,
-        "deployment": DEPLOYMENT,
+        "deployment": NAME,
         "pool": "cpu",
         "engine": "faster-whisper",
     }
@@ -190,7 +182,7 @@ def test_recorded_series_carry_the_monitors_labels(source: str) -> None:
             elif per_resource:
                 assert {"namespace", "deployment"} <= set(labels), s
                 if source == "local":
-                    assert (labels["namespace"], labels["deployment"]) == (NAMESPACE, DEPLOYMENT), s
+                    assert (labels["namespace"], labels["deployment"]) == (NAMESPACE, NAME), s
             else:
                 assert job == "transcription-operator" and "namespace" in labels, s
 
@@ -218,7 +210,7 @@ def test_promtool_checks_the_rule_file(promtool: Path) -> None:
     assert "SUCCESS: 7 rules found" in out.stdout, out.stdout
 
 
-ALERT = {"namespace": NAMESPACE, "deployment": DEPLOYMENT}
+ALERT = {"namespace": NAMESPACE, "deployment": NAME}
 CAPABILITIES = ["transcriptions", "transcriptions+segment_timestamps", "transcriptions+stream",
                 "transcriptions+word_timestamps"]  # fmt: skip
 MODEL = "whisper-tiny.en"
@@ -380,8 +372,8 @@ def test_operator_reports_conditions_pools_and_capabilities() -> None:
     assert value("transcription_operator_condition", condition="Ready", reason=reason) == 0
     for name, replicas in (("whisper-cpu", 2), ("whisper-frontend", 1)):  # all ready
         meta = world.kube.objects[("Deployment", name)]["metadata"]
-        world.cache.put({**deployment(name, replicas, replicas), "kind": "Deployment", "apiVersion": "apps/v1",
-                         "metadata": {**meta, "generation": 1, "resourceVersion": "2"}})  # fmt: skip
+        world.observe({**deployment(name, replicas, replicas), "kind": "Deployment", "apiVersion": "apps/v1",
+                       "metadata": {**meta, "generation": 1}})  # fmt: skip
     world.reconcile()
     assert value("transcription_operator_capability_workers", capability="transcriptions",
                  state="ready") == 2  # fmt: skip
@@ -404,8 +396,8 @@ MONITORED = {"model": {"name": "openai/whisper-large-v3-turbo"}, "engine": "vllm
 def test_the_operator_creates_a_pod_monitor_when_the_spec_asks() -> None:
     """spec.monitoring.podMonitor: one PodMonitor for the resource's frontend and workers,
     relabelled as the chart's monitors are (Prometheus' relabelling on the pods' labels)."""
-    from testkit.metrics_record import pod_target
     from testkit.resources import make_td
+    from testkit.scrape import pod_target
     from transcription_operator.children import build
     from transcription_operator.config import OperatorConfig
 

@@ -157,12 +157,12 @@ def test_a_missing_secret_degrades_and_is_looked_for_again() -> None:
     result = w.reconcile()
     assert w.condition("Degraded")["reason"] == "SecretNotFound"
     assert result.requeue_after == 60.0
-    w.kube.secrets.add("keys")
+    w.secret("keys")
     result = w.reconcile()
     assert w.condition("Degraded")["status"] == "False"
     assert result.requeue_after is None
     # Not allowed to look (no rbac.secretNames): the pod will say whether it exists.
-    w.kube.secrets.clear()
+    w.secret("keys", present=False)
     w.kube.secret_error = KubeError(403, "Forbidden", "{}")
     assert w.reconcile().requeue_after is None
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+import toolchain
 from charts import render_install, render_readme
 from release import chart, images, version
-from testbed import cluster
 from testbed import images as testbed_images
 from testkit.tools import built
 
@@ -204,7 +204,7 @@ def test_stamped_generated_files_are_what_their_generators_write(
 ) -> None:
     """install.yaml and the chart README are stamped as text: stamping them must give
     exactly what helm and render_readme.py write from the stamped chart."""
-    built(cluster.HELM, "helm")
+    built(toolchain.HELM, "helm")
     chart_dir = repo / version.CHART
     monkeypatch.setattr(render_readme, "VALUES", chart_dir / "values.yaml")
     monkeypatch.setattr(render_readme, "SCHEMA", chart_dir / "values.schema.json")
@@ -354,7 +354,7 @@ def test_an_sbom_without_the_platform_is_refused(sbom: Any, message: str) -> Non
 
 
 def test_the_chart_packages_with_the_release_version(tmp_path: Path) -> None:
-    helm = built(cluster.HELM, "helm")
+    helm = built(toolchain.HELM, "helm")
     archive = chart.package(tmp_path, helm=helm)
     v = version.current()
     assert archive == tmp_path / f"transcription-operator-{v}.tgz"
@@ -392,7 +392,7 @@ def test_a_malformed_release_version_is_not_packaged(tmp_path: Path) -> None:
 
 
 def test_a_chart_that_fails_helm_lint_is_not_packaged(repo: Path) -> None:
-    helm = built(cluster.HELM, "helm")
+    helm = built(toolchain.HELM, "helm")
     broken = repo / version.CHART / "templates" / "broken.yaml"
     broken.write_text("{{ .Values.nothing.here }}\n")
     with pytest.raises(chart.ChartError, match=r"helm lint failed \(exit 1\)") as e:
@@ -560,7 +560,7 @@ def test_digests_that_are_not_a_mapping_are_refused(
 def test_the_cli_writes_a_pinned_install_yaml_or_says_why_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    built(cluster.HELM, "helm")
+    built(toolchain.HELM, "helm")
     d = digests()
     (tmp_path / "d.json").write_text(json.dumps(d))
     out = tmp_path / "install.yaml"

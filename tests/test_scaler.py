@@ -24,7 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
-from testkit.standins import Behaviour, Running, free_port, serve, vllm_app
+from testkit.host import free_port
+from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_frontend.externalscaler import externalscaler_pb2 as pb

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cluster, gitops
+import toolchain
+from testbed import gitops
 
 pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="git is not installed")
 
@@ -95,17 +96,17 @@ def test_the_controllers_bind_loopback_without_leader_election(tmp_path: Path) -
 
 
 def test_flux_is_built_for_the_tests_not_for_the_cluster() -> None:
-    assert cluster.FLUX in cluster.ALL_TOOLS and cluster.FLUX not in cluster.CLUSTER_TOOLS
+    assert toolchain.FLUX in toolchain.ALL_TOOLS and toolchain.FLUX not in toolchain.CLUSTER_TOOLS
     # `go build` names each binary after its package: the modules' roots.
-    assert {b: p.rsplit("/", 1)[1] for b, p in cluster.FLUX.binaries.items()} == {
+    assert {b: p.rsplit("/", 1)[1] for b, p in toolchain.FLUX.binaries.items()} == {
         "source-controller": "source-controller",
         "kustomize-controller": "kustomize-controller",
     }
-    gomod = cluster.TOOLS / "flux" / "go.mod"
-    versions = {m: cluster.pinned_version(gomod, m) for m in cluster.FLUX.modules}
+    gomod = toolchain.FLUX.gomod
+    versions = {m: toolchain.pinned_version(gomod, m) for m in toolchain.FLUX.modules}
     assert len(set(versions.values())) == 1, f"one Flux release, both controllers: {versions}"
     # The cache entry names both versions: a bump of either rebuilds.
-    assert cluster.FLUX.dir.name.startswith(f"flux-{cluster.FLUX.version}-")
+    assert toolchain.FLUX.dir.name.startswith(f"flux-{toolchain.FLUX.version}-")
 
 
 def test_leftovers_are_only_flux_binaries_under_the_cache(tmp_path: Path) -> None:

@@ -24,10 +24,11 @@ import websockets
 from pydantic import ValidationError
 
 from testkit.frontend import FIXTURE_TEXT, PRIMARY, Frontend, error, pool
+from testkit.host import free_port
 from testkit.otlp import Collector, Span, collector, tree
 from testkit.realtime import server_event, silence
 from testkit.resources import make_td
-from testkit.standins import Behaviour, Running, free_port, serve, vllm_app
+from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api import crd
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+import toolchain
 from release import images
-from testbed import cluster
 from testkit.tools import built
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ RENOVATE = ROOT / ".github" / "renovate.json"
 
 
 def actionlint() -> Path:
-    return built(cluster.ACTIONLINT, "actionlint")
+    return built(toolchain.ACTIONLINT, "actionlint")
 
 
 def workflow(name: str) -> dict[Any, Any]:
@@ -199,7 +199,7 @@ def test_renovate_covers_base_images_go_tools_python_and_actions() -> None:
     assert len(dockerfiles) >= 9
     for path in dockerfiles:
         assert matched(config["dockerfile"]["managerFilePatterns"], path), path
-    gomods = list(ROOT.glob("testbed/tools/*/go.mod"))
+    gomods = list(ROOT.glob("toolchain/tools/*/go.mod"))
     for path in gomods:
         assert matched(config["gomod"]["managerFilePatterns"], path), path
     assert matched(config["pep621"]["managerFilePatterns"], ROOT / "pyproject.toml")
@@ -210,11 +210,11 @@ def test_renovate_updates_the_tool_each_go_wrapper_pins() -> None:
     Renovate skips unless a rule enables it: every tool of the test bed has one."""
     rules = renovate()["packageRules"]
     enabled = next(r for r in rules if r.get("matchDepTypes") == ["indirect"] and r.get("enabled"))
-    modules = {m for t in cluster.ALL_TOOLS for m in t.modules}
+    modules = {m for t in toolchain.ALL_TOOLS for m in t.modules}
     assert set(enabled["matchPackageNames"]) == modules
-    for tool in cluster.ALL_TOOLS:  # the modules each wrapper pins are the ones named
+    for tool in toolchain.ALL_TOOLS:  # the modules each wrapper pins are the ones named
         for module in tool.modules:
-            cluster.pinned_version(cluster.TOOLS / tool.name / "go.mod", module)
+            toolchain.pinned_version(tool.gomod, module)
 
 
 def test_renovate_moves_the_vllm_pins_together() -> None:

@@ -100,9 +100,9 @@ def queue_depth(**_: Any) -> int:
 # thread-safe). Each only records the object and queues a key.
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    obj, news = manager.remember(KIND, API_VERSION, event.get("type"), body)
+    obj, news = manager.RUNTIME.remember(KIND, API_VERSION, event.get("type"), body)
     if news:
-        manager.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
+        manager.RUNTIME.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
 
 
 def _register_child(kind: Kind) -> None:
@@ -110,10 +110,10 @@ def _register_child(kind: Kind) -> None:
     plural = kind.plural
 
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj, news = manager.remember(kind.kind, kind.api_version, event.get("type"), body)
+        obj, news = manager.RUNTIME.remember(kind.kind, kind.api_version, event.get("type"), body)
         instance = instance_of(obj)
         if instance and news:
-            manager.enqueue((obj["metadata"]["namespace"], instance), kind.kind)
+            manager.RUNTIME.enqueue((obj["metadata"]["namespace"], instance), kind.kind)
 
     child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(
@@ -131,9 +131,9 @@ for _kind in CHILDREN:
 
 @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: PART_OF}, id="watch-pods")
 async def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    key = manager.remember_pod(dict(body), deleted=event.get("type") == "DELETED")
+    key = manager.RUNTIME.remember_pod(dict(body), deleted=event.get("type") == "DELETED")
     if key:
-        manager.enqueue(key, "Pod")
+        manager.RUNTIME.enqueue(key, "Pod")
 
 
 @kopf.on.event("", "v1", "events", id="watch-pod-events")
@@ -141,6 +141,6 @@ async def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> 
     obj = dict(body)
     if obj.get("type") != "Warning" or (obj.get("involvedObject") or {}).get("kind") != "Pod":
         return  # the field selector already keeps these out; a list without it might not
-    key = manager.remember_pod_event(obj, deleted=event.get("type") == "DELETED")
+    key = manager.RUNTIME.remember_pod_event(obj, deleted=event.get("type") == "DELETED")
     if key:
-        manager.enqueue(key, "Event")
+        manager.RUNTIME.enqueue(key, "Event")

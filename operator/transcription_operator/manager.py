@@ -70,8 +70,82 @@ class Runtime:
     def may_reconcile(self) -> bool:
         return self.election is None or self.election.is_leading()
 
+    # ------------------------------------------------------------------ watch events
+
+    def enqueue(self, key: tuple[str, str], by: str, delay: float = 0.0) -> None:
+        """Ask for a reconcile of the resource (namespace, name); `by` says what asked (a
+        kind whose watch event it is, "requeue", "resync", ...: the metric's label)."""
+        metrics.ENQUEUED.labels(by=by).inc()
+        self.queue.add(key, delay=delay)
+
+    def remember(
+        self, kind: str, api_version: str, event_type: str | None, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
+        """Record a resource or a child as a watch delivered it; returns the object, and
+        whether it is news: not the echo of a version the cache holds already (the
+        operator's own write, cached from the API server's answer), which asks for no
+        reconcile."""
+        obj = copy.deepcopy(dict(body))
+        obj["kind"], obj["apiVersion"] = kind, api_version
+        meta = obj["metadata"]
+        news = True
+        if event_type is None:
+            # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
+            # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
+            self.relist_wanted.set()
+        if event_type == "DELETED":
+            self.cache.drop(kind, meta["namespace"], meta["name"])
+        else:
+            news = self.cache.put(obj) or event_type is None
+        metrics.MANAGED.labels(kind=kind).set(self.cache.count(kind))
+        return obj, news
+
+    def remember_pod(self, pod: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
+        """Record (or forget) one of the operator's pods; returns the resource it belongs
+        to."""
+        key = self.pods.drop(pod) if deleted else self.pods.put(pod)
+        self.count_pods()
+        return key
+
+    def remember_pod_event(self, event: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
+        """Record (or forget) a Warning Event about a pod; returns the resource its pod
+        belongs to, or None for other pods' Events."""
+        key = self.pods.put_event(event, deleted=deleted)
+        self.count_pods()
+        return key
+
+    def count_pods(self) -> None:
+        pods, events = self.pods.counts()
+        metrics.MANAGED.labels(kind="Pod").set(pods)
+        metrics.MANAGED.labels(kind="Event").set(events)
+
+    # ------------------------------------------------------------------ reconciles
+
+    async def reconcile(self, key: tuple[str, str]) -> None:
+        """One reconcile of a key the queue handed out, in a thread: backoff on failure,
+        a requeue when the result asks for one."""
+        assert self.reconciler is not None
+        with metrics.RECONCILE_SECONDS.time():
+            try:
+                result = await asyncio.to_thread(self.reconciler.reconcile, *key)
+            except Exception as e:
+                delay = self.queue.retry(key)
+                metrics.RECONCILES.labels(result="error").inc()
+                log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
+                return
+        self.queue.forget(key)
+        metrics.RECONCILES.labels(result=result.outcome).inc()
+        if result.writes:
+            log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
+        if result.requeue_after:
+            self.enqueue(key, "requeue", delay=result.requeue_after)
+
 
 RUNTIME = Runtime()
+
+
+def queue_depth() -> int:
+    return RUNTIME.queue.depth
 
 
 # --------------------------------------------------------------------------- start and stop
@@ -119,7 +193,7 @@ def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
     for ns in namespaces or (None,):
         for event in kube.list("Event", ns, field_selector=EVENT_SELECTOR):
             RUNTIME.pods.put_event(event)
-    _count_pods()
+    RUNTIME.count_pods()
 
 
 # --------------------------------------------------------------------------- leader election
@@ -139,7 +213,7 @@ def _started_leading() -> None:
     metrics.LEADER.set(1)
     RUNTIME.leading.set()
     for ns, name in RUNTIME.cache.keys(KIND):
-        enqueue((ns, name), "leader")
+        RUNTIME.enqueue((ns, name), "leader")
 
 
 def _stopped_leading() -> None:
@@ -161,63 +235,6 @@ async def _hand_over(election: LeaderElection) -> None:
     await election.release()
 
 
-# --------------------------------------------------------------------------- watch events
-
-
-def enqueue(key: tuple[str, str], by: str, delay: float = 0.0) -> None:
-    """Ask for a reconcile of the resource (namespace, name); `by` says what asked (a kind
-    whose watch event it is, "requeue", "resync", ...: the metric's label)."""
-    metrics.ENQUEUED.labels(by=by).inc()
-    RUNTIME.queue.add(key, delay=delay)
-
-
-def queue_depth() -> int:
-    return RUNTIME.queue.depth
-
-
-def remember(
-    kind: str, api_version: str, event_type: str | None, body: Mapping[str, Any]
-) -> tuple[dict[str, Any], bool]:
-    """Record a resource or a child as a watch delivered it; returns the object, and
-    whether it is news: not the echo of a version the cache holds already (the operator's
-    own write, cached from the API server's answer), which asks for no reconcile."""
-    obj = copy.deepcopy(dict(body))
-    obj["kind"], obj["apiVersion"] = kind, api_version
-    meta = obj["metadata"]
-    news = True
-    if event_type is None:
-        # kopf (re)lists: at start, and when a watch resumes after a gap, it lists what
-        # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
-        RUNTIME.relist_wanted.set()
-    if event_type == "DELETED":
-        RUNTIME.cache.drop(kind, meta["namespace"], meta["name"])
-    else:
-        news = RUNTIME.cache.put(obj) or event_type is None
-    metrics.MANAGED.labels(kind=kind).set(RUNTIME.cache.count(kind))
-    return obj, news
-
-
-def remember_pod(pod: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
-    """Record (or forget) one of the operator's pods; returns the resource it belongs to."""
-    key = RUNTIME.pods.drop(pod) if deleted else RUNTIME.pods.put(pod)
-    _count_pods()
-    return key
-
-
-def remember_pod_event(event: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
-    """Record (or forget) a Warning Event about a pod; returns the resource its pod belongs
-    to, or None for other pods' Events."""
-    key = RUNTIME.pods.put_event(event, deleted=deleted)
-    _count_pods()
-    return key
-
-
-def _count_pods() -> None:
-    pods, events = RUNTIME.pods.counts()
-    metrics.MANAGED.labels(kind="Pod").set(pods)
-    metrics.MANAGED.labels(kind="Event").set(events)
-
-
 # --------------------------------------------------------------------------- queue workers
 
 
@@ -235,30 +252,12 @@ async def _worker(index: int) -> None:
         RUNTIME.in_flight += 1
         RUNTIME.idle.clear()
         try:
-            await _reconcile(key)
+            await RUNTIME.reconcile(key)
         finally:
             RUNTIME.in_flight -= 1
             if not RUNTIME.in_flight:
                 RUNTIME.idle.set()
             RUNTIME.queue.done(key)
-
-
-async def _reconcile(key: tuple[str, str]) -> None:
-    assert RUNTIME.reconciler is not None
-    with metrics.RECONCILE_SECONDS.time():
-        try:
-            result = await asyncio.to_thread(RUNTIME.reconciler.reconcile, *key)
-        except Exception as e:
-            delay = RUNTIME.queue.retry(key)
-            metrics.RECONCILES.labels(result="error").inc()
-            log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
-            return
-    RUNTIME.queue.forget(key)
-    metrics.RECONCILES.labels(result=result.outcome).inc()
-    if result.writes:
-        log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
-    if result.requeue_after:
-        enqueue(key, "requeue", delay=result.requeue_after)
 
 
 # --------------------------------------------------------------------------- relister
@@ -298,7 +297,7 @@ async def _relister(kube: Kube) -> None:
             await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
         except TimeoutError:
             for key in RUNTIME.cache.keys(KIND):
-                enqueue(key, "resync")
+                RUNTIME.enqueue(key, "resync")
             continue
         while RUNTIME.relist_wanted.is_set():  # until the listings settle
             RUNTIME.relist_wanted.clear()
@@ -313,4 +312,4 @@ async def _relister(kube: Kube) -> None:
         if keys:
             log.info("relisted: %d resources changed while not watched", len(keys))
         for key in keys:
-            enqueue(key, "relist")
+            RUNTIME.enqueue(key, "relist")

@@ -24,10 +24,10 @@ from transformers.cli.serving.transcription import TransformersTranscriptionCrea
 
 from testkit import standins
 from testkit.audio import SENTENCES, convert, speak, wer
+from testkit.host import free_port
 from testkit.longaudio import long_recording
 from testkit.processes import frontend, with_endpoints
 from testkit.resources import make_td
-from testkit.standins import free_port
 from testkit.transformers_serve import WHISPER, Server, check_recording, launch
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.engines import capability_set

@@ -19,9 +19,9 @@ import openai
 import pytest
 
 from testkit.audio import SENTENCES, speak, wer
+from testkit.host import free_port
 from testkit.processes import BIN, frontend, start, with_endpoints
 from testkit.resources import make_td
-from testkit.standins import free_port
 from testkit.transformers_serve import WHISPER, Server, launch
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable

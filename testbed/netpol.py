@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from testbed import images
-from testbed.kube import Kubectl, wait_for
+from testbed.kube import wait_for
+from testbed.kubectl import Kubectl
 
 ALLOWED, REFUSED = "allowed", "refused"
 

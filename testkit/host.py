@@ -1,0 +1,67 @@
+"""This machine: a free local port, and its processes as /proc shows them (command
+lines, CPU time, whether alive).
+
+Only the standard library is used: the test bed imports this before the virtual environment
+exists.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def split_cmdline(raw: bytes) -> list[str]:
+    """A `/proc/<pid>/cmdline` (NUL-separated arguments) as argv; undecodable: []."""
+    try:
+        return [a.decode() for a in raw.split(b"\0") if a]
+    except UnicodeDecodeError:
+        return []
+
+
+def argv(pid: int) -> list[str]:
+    """The command line of a process on this machine; [] when it is gone or unreadable."""
+    try:
+        return split_cmdline(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return []
+
+
+def pids() -> Iterator[int]:
+    """Every process on this machine but this one."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            yield int(entry.name)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process has used; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

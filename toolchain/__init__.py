@@ -1,0 +1,280 @@
+"""The pinned tools: Go programs built from source, for the test bed, the checks and a release.
+
+Kubernetes (control plane, kubelet, kube-proxy, kubectl), etcd, KWOK, helm, containerd,
+CoreDNS, KEDA, kube-router, Flux's controllers, promtool and actionlint are compiled from Go
+modules fetched through the module proxy. Each tool's version is pinned by its wrapper
+module, ``tools/<tool>/go.mod`` in this package; the build lands in
+``$TESTBED_CACHE/<tool>-<version>-<digest>/`` (default
+``~/.cache/transcription-operator/testbed``), where the digest names the build flags, and is
+reused until the pin or the flags change.
+
+The test bed (``testbed``), the release scripts (``release``, ``charts``) and the suites that
+run a checker (``testkit.tools``) find their binaries here. Only the standard library is
+used, so this works before the virtual environment exists (the release workflow runs it so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parent / "tools"
+CACHE = Path(
+    os.environ.get("TESTBED_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    / "transcription-operator"
+    / "testbed"
+)
+
+
+def say(msg: str, who: str = "testbed") -> None:
+    """A progress line on stderr, tagged with who says it."""
+    print(f"[{who}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One wrapper module under ``tools/`` and the binaries built from it."""
+
+    name: str
+    module: str  # the module whose version names the cache entry
+    binaries: dict[str, str]  # binary name -> package path
+    tags: tuple[str, ...] = field(default=())
+    also: tuple[str, ...] = field(default=())  # other modules the wrapper pins, built too
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.module, *self.also)
+
+    @property
+    def gomod(self) -> Path:
+        return TOOLS / self.name / "go.mod"
+
+    @cached_property
+    def version(self) -> str:
+        return pinned_version(self.gomod, self.module)
+
+    @cached_property
+    def dir(self) -> Path:
+        """The cache entry: the pinned version, plus a digest of the build flags so that a
+        changed recipe rebuilds."""
+        recipe = ldflags(self) + (f"|tags={','.join(self.tags)}" if self.tags else "")
+        recipe += "".join(f"|{m}@{pinned_version(self.gomod, m)}" for m in self.also)
+        digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
+        return CACHE / f"{self.name}-{self.version}-{digest}"
+
+    def path(self, binary: str) -> Path:
+        return self.dir / binary
+
+    @property
+    def built(self) -> bool:
+        return all(self.path(b).exists() for b in self.binaries)
+
+
+def pinned_version(gomod: Path, module: str) -> str:
+    """The version a go.mod requires of ``module``."""
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", gomod.read_text(), re.M)
+    if not match:
+        raise SystemExit(f"{gomod} does not require {module}")
+    return match.group(1)
+
+
+def _kube_ldflags(version: str) -> list[str]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return flags
+
+
+def _helm_kube_ldflags() -> list[str]:
+    """Helm's default Kubernetes version (for `helm template`/`lint`): its client-go's."""
+    client_go = pinned_version(TOOLS / "helm" / "go.mod", "k8s.io/client-go")
+    minor = str(int(client_go.split(".")[1]))
+    return [
+        f"-X helm.sh/helm/v3/pkg/{pkg}.{var}={val}"
+        for pkg in ("chartutil", "lint/rules")
+        for var, val in (("k8sVersionMajor", "1"), ("k8sVersionMinor", minor))
+    ]
+
+
+KUBERNETES = Tool(
+    "kubernetes",
+    "k8s.io/kubernetes",
+    {
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        # The real node's agents, from the same modules and with the same version flags.
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+    },
+)
+CONTAINERD = Tool(
+    "containerd",
+    "github.com/containerd/containerd/v2",
+    {
+        "containerd": "github.com/containerd/containerd/v2/cmd/containerd",
+        "containerd-shim-runc-v2": "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+        "ctr": "github.com/containerd/containerd/v2/cmd/ctr",
+    },
+    tags=("no_btrfs", "no_devmapper", "no_zfs"),
+)
+ETCD = Tool("etcd", "go.etcd.io/etcd/server/v3", {"etcd": "go.etcd.io/etcd/server/v3"})
+KWOK = Tool(
+    "kwok",
+    "sigs.k8s.io/kwok",
+    {"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
+)
+HELM = Tool("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"})
+# Cluster add-ons that run as pods on the real node (their images hold these binaries).
+COREDNS = Tool("coredns", "github.com/coredns/coredns", {"coredns": "."})
+KEDA = Tool(
+    "keda",
+    "github.com/kedacore/keda/v2",
+    {
+        # `go build` names each binary after its package directory.
+        "operator": "github.com/kedacore/keda/v2/cmd/operator",
+        "adapter": "github.com/kedacore/keda/v2/cmd/adapter",
+    },
+)
+# Checkers that `make test` runs (not part of the cluster): actionlint lints the release
+# workflows, promtool tests the alert rules and the dashboard's queries.
+ACTIONLINT = Tool(
+    "actionlint",
+    "github.com/rhysd/actionlint",
+    {"actionlint": "github.com/rhysd/actionlint/cmd/actionlint"},
+)
+PROMTOOL = Tool(
+    "prometheus",
+    "github.com/prometheus/prometheus",
+    {"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
+    # Without the service-discovery plugins (cloud SDKs, client-go): promtool's rule tests
+    # need none, and the build is a fraction of the time.
+    tags=("remove_all_sd",),
+)
+# The real node's NetworkPolicy engine: kube-router's firewall controller alone (iptables
+# and ipset, on pod addresses, so it works beside the bridge CNI), without its router,
+# service proxy and load balancer. The only version the module proxy serves, v2.1.0, has an
+# advisory against its service proxy (GHSA-phqm-jgc3-qf8g: external and load-balancer IPs
+# unchecked), the one part the test bed does not run.
+KUBE_ROUTER = Tool(
+    "kube-router",
+    "github.com/cloudnativelabs/kube-router/v2",
+    {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
+)
+# Flux's source-controller and kustomize-controller, for the GitOps e2e test only (the test
+# bed starts them as host processes). v1.9.6: the module proxy lacks modules v1.10.x imports
+# (see the wrapper's go.mod). No build tags cut their cloud SDKs (their sources have none
+# but fuzzing's and integration tests'); the wrapper shares KEDA's dependency versions:
+# 138 s after KEDA's build on 2 busy cores (219 s alone), 99 + 83 MiB.
+FLUX = Tool(
+    "flux",
+    "github.com/fluxcd/source-controller",
+    {
+        "source-controller": "github.com/fluxcd/source-controller",
+        "kustomize-controller": "github.com/fluxcd/kustomize-controller",
+    },
+    also=("github.com/fluxcd/kustomize-controller",),
+)
+CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, KUBE_ROUTER)
+ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL, FLUX)
+
+
+def ldflags(tool: Tool) -> str:
+    v = tool.version
+    extra = {
+        "kubernetes": _kube_ldflags(v),
+        "etcd": [f"-X go.etcd.io/etcd/api/v3/version.GitSHA={v}"],
+        "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
+        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}", *_helm_kube_ldflags()],
+        "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
+        "coredns": [],  # it reports the version of its module
+        "keda": [f"-X github.com/kedacore/keda/v2/version.Version={v}"],
+        "kube-router": [f"-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version={v}"],
+        # As its release binaries say it: "1.7.12" (its usage header links the docs of v1.7.12).
+        "actionlint": [f"-X github.com/rhysd/actionlint.version={v.lstrip('v')}"],
+        "prometheus": [f"-X github.com/prometheus/common/version.Version={v.lstrip('v')}"],
+        "flux": [],  # neither controller has a version variable to set
+    }[tool.name]
+    return " ".join(["-s", "-w", *extra])
+
+
+def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
+    """Build every missing binary into the cache; a no-op when all are present."""
+    todo = [
+        (t, names) for t in tools if (names := [b for b in t.binaries if not t.path(b).exists()])
+    ]
+    for t in tools:
+        if t.built:
+            say(f"{t.name} {t.version}: cached in {t.dir}")
+    if todo and not shutil.which("go"):
+        raise SystemExit("the Go toolchain is needed to build the test bed: install Go >= 1.26")
+    for i, (t, names) in enumerate(todo, 1):
+        say(
+            f"[{i}/{len(todo)}] building {t.name} {t.version} ({', '.join(names)}) "
+            "from the Go module proxy"
+            + ("; ~11 min on 2 cores, once" if t is KUBERNETES and len(names) > 2 else "")
+        )
+        start = time.monotonic()
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=CACHE))
+        # One package: name the output; several: `go build` names each after its package.
+        out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
+        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
+        if t.tags:
+            cmd += ["-tags", ",".join(t.tags)]
+        cmd += ["-o", out, *(t.binaries[b] for b in names)]
+        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
+        while True:  # progress every 30 s; on to the next build as soon as this one ends
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                say(f"    ... still building {t.name} ({time.monotonic() - start:.0f}s)")
+        if proc.returncode:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
+        not_built = [b for b in names if not (tmp / b).exists()]
+        if not_built:
+            raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
+        t.dir.mkdir(parents=True, exist_ok=True)
+        for b in names:
+            (tmp / b).rename(t.path(b))
+        shutil.rmtree(tmp, ignore_errors=True)
+        say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
+
+
+def helm() -> Path:
+    """The pinned helm binary, built first if it is missing."""
+    build((HELM,))
+    return HELM.path("helm")
+
+
+def module_dir(tool: Tool, module: str | None = None) -> Path:
+    """Where the Go module cache holds the source of a tool's module (or of another module
+    its wrapper pins)."""
+    module = module or tool.module
+    version = pinned_version(tool.gomod, module)
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        cwd=TOOLS / tool.name, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return Path(json.loads(out)["Dir"])
