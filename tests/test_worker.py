@@ -21,6 +21,7 @@ from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
 from testkit.standins import Running, start
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
+from transcription_frontend.audio import encode
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
 from transcription_worker.engine import Transcriber
@@ -285,7 +286,6 @@ def concatenated(
 ) -> tuple[str, bytes]:
     """The sentences one after another with `gap_s` of silence between them (and `lead_s`
     before the first), `times` over: (reference text, 16 kHz WAV)."""
-    import io
     import wave
 
     silence = lambda s: b"\x00\x00" * int(16000 * s)  # noqa: E731
@@ -295,13 +295,7 @@ def concatenated(
             with wave.open(str(path)) as w:
                 frames += [w.readframes(w.getnframes()), silence(gap_s)]
             words.append(sentence)
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(b"".join(frames))
-    return " ".join(words), buf.getvalue()
+    return " ".join(words), encode.wav(frames, 16000)
 
 
 @pytest.fixture(scope="module")
