@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from testkit.audio import SENTENCES, speak
-from transcription_worker import english_only
+from transcription_worker.launchers import english_only
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "fixtures" / "vllm-0.32"  # the recordings the stand-in replays

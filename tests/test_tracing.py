@@ -38,7 +38,7 @@ from transcription_api.worker import WorkerSettings
 from transcription_frontend.tracing import OtelTracer, Tracer, TracingSettings, setup
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-from transcription_worker.vllm_launcher import vllm_args
+from transcription_worker.launchers.vllm import vllm_args
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"

@@ -24,9 +24,9 @@ from transcription_api.params import parse_request
 from transcription_frontend.audio import encode
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
-from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app, options
+from transcription_worker.transcriber import Transcriber
 
 NAMES = ["whisper-tiny.en", "whisper-1"]
 MAX_WER = 0.25  # tiny.en gets ~0-5% on these sentences; margin for codecs and noise
@@ -466,7 +466,7 @@ def test_a_sequential_lane_decodes_one_request_at_a_time(
     transcriber: Transcriber, clips: dict[str, Path]
 ) -> None:
     from transcription_worker.batcher import Job
-    from transcription_worker.engine import Options, decode
+    from transcription_worker.transcriber import Options, decode
 
     lane = Lane(transcriber, max_queue=8, sequential=True)
     audio = [decode(p.open("rb")) for p in clips.values()]
@@ -482,7 +482,7 @@ def test_a_cancelled_request_gets_no_more_windows_decoded(
     import io
 
     from transcription_worker.batcher import Job
-    from transcription_worker.engine import Options, decode
+    from transcription_worker.transcriber import Options, decode
 
     _, audio = concatenated(clips, gap_s=1.5, times=6)  # about 110 s: 4 windows
     lane = Lane(transcriber, max_queue=1, max_batch_size=1, sequential=True)
