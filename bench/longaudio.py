@@ -226,7 +226,8 @@ def bare(wav: Path, text: str) -> dict[str, Any]:
 def gateway_prep(wav: Path) -> dict[str, Any]:
     """What the gateway does before it sends a chunk, timed here in-process on the same
     file: decode to spooled PCM, then Silero VAD and the cuts (`"auto"`, 30 s chunks)."""
-    from transcription_frontend.longaudio.cut import ChunkSettings, decode, find_cuts
+    from transcription_frontend.audio.decode import decode
+    from transcription_frontend.longaudio.cut import ChunkSettings, find_cuts
 
     started = time.perf_counter()
     with decode(wav) as decoded:

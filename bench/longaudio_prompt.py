@@ -67,7 +67,8 @@ def chunk_texts(url: str, pieces: list[bytes], chained: bool, parallel: int) -> 
 
 def run(quick: bool = False) -> dict[str, Any]:
     from testkit.longaudio import long_recording
-    from transcription_frontend.longaudio.cut import ChunkSettings, decode, encode, find_cuts
+    from transcription_frontend.audio.decode import decode
+    from transcription_frontend.longaudio.cut import ChunkSettings, encode, find_cuts
 
     seconds = 120.0 if quick else 600.0
     directory = RESULTS / "longaudio"

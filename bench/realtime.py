@@ -44,6 +44,7 @@ from testkit.realtime import RATE, conversation, pcm, silence, transcribe_turns
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.audio.encode import wav
 
 from .common import PY, RESULTS, Proc, frontend_proc, pct, say, table, write
 
@@ -150,19 +151,6 @@ def stream(texts: list[str], directory: Path) -> tuple[bytes, list[Sentence]]:
     return audio, sentences
 
 
-def wav24k(data: bytes) -> bytes:
-    import io
-    import wave
-
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(data)
-    return buf.getvalue()
-
-
 async def realtime(url: str, sessions: list[Session]) -> None:
     async def one(i: int, s: Session) -> None:
         await asyncio.sleep(i * STAGGER)
@@ -203,7 +191,7 @@ def requests_for(sessions: list[Session]) -> list[Request]:
                 a, b = sentence.start, sentence.end
                 at = offset + sentence.speech_end + (s.silence_ms or 500) / 1000
             clip = s.audio[2 * round(a * RATE) : 2 * round(b * RATE)]
-            out.append(Request(sentence.text, wav24k(clip), at))
+            out.append(Request(sentence.text, wav(clip, RATE), at))
     return out
 
 

@@ -39,7 +39,7 @@ async def serve(
     import io
 
     from transcription_worker.batcher import Job
-    from transcription_worker.engine import Options, decode
+    from transcription_worker.transcriber import Options, decode
 
     audio = [decode(io.BytesIO(c[1])) for c in clip_set]
     gate = asyncio.Semaphore(concurrency)
@@ -74,8 +74,8 @@ async def serve(
 
 def run(quick: bool = False) -> dict[str, Any]:
     from transcription_worker.batcher import Lane
-    from transcription_worker.engine import Transcriber
     from transcription_worker.main import default_model
+    from transcription_worker.transcriber import Transcriber
 
     clip_set = clips()
     rounds = 1 if quick else 2

@@ -1,7 +1,7 @@
 """A real GitOps loop: Flux applies a TranscriptionDeployment from Git and reads its health.
 
 Flux's source-controller and kustomize-controller run next to the test bed as host
-processes (testbed/gitops.py, built from testbed/tools/flux); a Git server in this process
+processes (the test bed's GitOps module, built from the pinned flux tool); a Git server in this process
 (`git http-backend` behind a local HTTP server) serves a repository this test commits
 to. A GitRepository follows it, and a Kustomization applies it with ``wait: true``: its
 health check is kstatus on every object it applied, which for the TranscriptionDeployment

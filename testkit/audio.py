@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import shutil
 import struct
 import subprocess
-import wave
 from functools import cache
 from pathlib import Path
+
+from transcription_frontend.audio.encode import wav
 
 # Sentences that Whisper tiny.en transcribes well from espeak-ng's voice (0% WER here);
 # others, such as "the quick brown fox", come out garbled by the synthetic voice.
@@ -46,17 +46,11 @@ HARD_SENTENCES = [
 
 def tone_wav(seconds: float = 1.0, rate: int = 16000) -> bytes:
     """A valid 16-bit mono WAV of a 440 Hz tone (for tests that need audio, not speech)."""
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        frames = (
-            struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
-            for i in range(int(seconds * rate))
-        )
-        w.writeframes(b"".join(frames))
-    return buf.getvalue()
+    samples = (
+        struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / rate)))
+        for i in range(int(seconds * rate))
+    )
+    return wav(b"".join(samples), rate)
 
 
 def require_tools() -> None:

@@ -11,9 +11,9 @@ import asyncio
 import threading
 from typing import Any
 
-from transcription_worker import engine
+from transcription_worker import faster_whisper_compat, transcriber
 from transcription_worker.batcher import Job, Lane
-from transcription_worker.engine import Attempt, Transcriber, Window
+from transcription_worker.transcriber import Attempt, Transcriber, Window
 
 
 class RecordingTranscriber:
@@ -104,19 +104,19 @@ def attempt(out: Any, temperature: float, tokenizer: Any) -> Attempt:
     """A decoder result as the fallback weighs it (faster-whisper's rules)."""
     tokens = out.sequences_ids[0]
     avg_logprob = out.scores[0] * len(tokens) / (len(tokens) + 1)
-    ratio = engine._compression_ratio(tokenizer.decode(tokens).strip())
+    ratio = faster_whisper_compat.compression_ratio(tokenizer.decode(tokens).strip())
     return (out, avg_logprob, temperature, ratio)
 
 
 def chosen_in_one_step(attempts: list[Attempt], temperatures: tuple[float, ...]) -> Attempt:
-    """What the fallback chose when all its rounds ran inside one step (the engine before
+    """What the fallback chose when all its rounds ran inside one step (the transcriber before
     rounds became steps, and faster-whisper's `generate_with_fallback`): the first
     acceptable attempt in temperature order; after the last temperature, the most probable
     readable one, reported at the last temperature."""
     for a in attempts[: len(temperatures)]:
-        if engine._acceptable(a[0], a[1], a[3]):
+        if transcriber._acceptable(a[0], a[1], a[3]):
             return a
     assert len(attempts) == len(temperatures), "a round too few or too many"
-    readable = [a for a in attempts if a[3] <= engine.COMPRESSION_RATIO_THRESHOLD]
+    readable = [a for a in attempts if a[3] <= transcriber.COMPRESSION_RATIO_THRESHOLD]
     best = max(readable or attempts, key=lambda a: a[1])
     return (best[0], best[1], temperatures[-1], best[3])

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from testkit.audio import HARD_SENTENCES, SENTENCES, require_tools, speak
+from transcription_frontend.audio.encode import wav
 
 RATE = 16000
 # espeak-ng's own silence before and after a sentence is digital near-zero; speech starts
@@ -66,13 +67,13 @@ def read_wav(path: Path) -> Samples:
         return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
 
 
+def wav_of(samples: npt.ArrayLike) -> bytes:
+    """A 16 kHz WAV of `samples` (numbers, clipped to 16 bits)."""
+    return wav(np.clip(np.asarray(samples), -32768, 32767).astype("<i2").tobytes(), RATE)
+
+
 def write_wav(path: Path, samples: npt.ArrayLike) -> Path:
-    data = np.clip(np.asarray(samples), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(data.tobytes())
+    path.write_bytes(wav_of(samples))
     return path
 
 
@@ -161,6 +162,13 @@ def babble(directory: Path, seconds: float = 70.0, voices: int = 3, seed: int = 
         offset = rng.randrange(stream.size // 4) + voice * RATE
         mix += stream[offset : offset + total] / voices * 1.5
     return write_wav(directory / f"babble-{voices}.wav", np.round(mix))
+
+
+def bursts(seconds: float) -> bytes:
+    """A WAV of 440 Hz tone bursts, 2.5 s on and 2.5 s off: long audio with gaps to cut in
+    and no speech (for stand-in workers)."""
+    t = np.arange(round(seconds * RATE)) / RATE
+    return wav_of(3000 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 0.2 * t) > 0))
 
 
 def tone(directory: Path, seconds: float = 70.0, hz: float = 440.0) -> Path:

@@ -30,7 +30,7 @@ import httpx
 from testkit.audio import SENTENCES, speak
 from testkit.host import cpu_seconds, free_port
 from testkit.processes import stop
-from transcription_worker import english_only
+from transcription_worker.launchers import english_only
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "fixtures" / "vllm-0.32"  # the recordings the stand-in replays

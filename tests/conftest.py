@@ -88,10 +88,10 @@ def with_faster_whisper(worker: tuple[Running, Behaviour]) -> Iterator[tuple[Fro
 def cpu_worker() -> Iterator[Running]:
     """The real CPU worker (faster-whisper, Whisper tiny.en) over real HTTP."""
     from transcription_worker.batcher import Lane
-    from transcription_worker.engine import Transcriber
     from transcription_worker.main import default_model
     from transcription_worker.server import WorkerConfig
     from transcription_worker.server import create_app as worker_app
+    from transcription_worker.transcriber import Transcriber
 
     lane = Lane(Transcriber(default_model(), threads=2), max_queue=16)
     names = ["whisper-tiny.en", "whisper-1"]

@@ -21,10 +21,9 @@ from testkit.lanes import (
     until,
     watched_lane,
 )
-from transcription_worker import engine
 from transcription_worker.batcher import Job
-from transcription_worker.engine import Options, Transcriber
 from transcription_worker.main import default_model
+from transcription_worker.transcriber import Options, Segment, Transcriber, decode
 from transcription_worker.windows import Audio
 
 TEMPERATURES = (0.0, 0.4, 0.8)  # three rounds (six would only make the tests slower)
@@ -44,15 +43,15 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[Audio, Audio]:
 
 def load(path: Path) -> Audio:
     with path.open("rb") as f:
-        return engine.decode(f)
+        return decode(f)
 
 
 @pytest.fixture
 def fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every attempt fails the checks (no text is that probable), so a window at
     temperature 0 goes through every round and keeps its most probable readable attempt."""
-    monkeypatch.setattr(engine, "FALLBACK_TEMPERATURES", TEMPERATURES)
-    monkeypatch.setattr(engine, "LOG_PROB_THRESHOLD", 0.0)
+    monkeypatch.setattr("transcription_worker.transcriber.FALLBACK_TEMPERATURES", TEMPERATURES)
+    monkeypatch.setattr("transcription_worker.transcriber.LOG_PROB_THRESHOLD", 0.0)
 
 
 def interactive(audio: Audio) -> Job:
@@ -74,7 +73,7 @@ def test_an_interactive_window_is_decoded_between_two_rounds_of_a_background_one
     chunk, short = Job(speech[0], Options(), background=True), interactive(speech[1])
     lane, recorder = watched_lane(transcriber, max_queue=4, **lane_settings)
 
-    async def main() -> tuple[tuple[list[engine.Segment], str], ...]:
+    async def main() -> tuple[tuple[list[Segment], str], ...]:
         lane.start()
         recorder.gate.clear()
         try:
@@ -107,15 +106,15 @@ def test_rounds_as_steps_choose_what_one_step_chose(
     """Every decoder call of the window is recorded; the attempt the old all-in-one loop
     would have chosen from them is the one the window's segments come from (their text,
     temperature, average log probability and compression ratio)."""
-    monkeypatch.setattr(engine, "FALLBACK_TEMPERATURES", TEMPERATURES)
+    monkeypatch.setattr("transcription_worker.transcriber.FALLBACK_TEMPERATURES", TEMPERATURES)
     if needs_fallback:
-        monkeypatch.setattr(engine, "LOG_PROB_THRESHOLD", 0.0)
+        monkeypatch.setattr("transcription_worker.transcriber.LOG_PROB_THRESHOLD", 0.0)
     calls = DecoderCalls(transcriber.model.model)
     monkeypatch.setattr(transcriber.model, "model", calls)
     chunk = Job(speech[0], Options(words=True), background=True)
     lane, recorder = watched_lane(transcriber, max_queue=4)
 
-    async def main() -> tuple[list[engine.Segment], str]:
+    async def main() -> tuple[list[Segment], str]:
         lane.start()
         lane.submit(chunk)
         try:

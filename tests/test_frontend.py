@@ -24,6 +24,7 @@ from testkit.frontend import (
     pool,
     sse_events,
 )
+from testkit.longaudio import bursts
 from testkit.standins import (
     TRANSFORMERS,
     VLLM,
@@ -315,25 +316,13 @@ def test_files_over_vllms_cap_are_413_not_vllms_400(worker: tuple[Running, Behav
 
 def test_files_over_vllms_cap_are_chunked(worker: tuple[Running, Behaviour]) -> None:
     """A 26 MiB WAV (14 minutes), over vLLM's 25 MiB: its chunks each fit."""
-    import io
-    import wave
-
-    import numpy as np
-
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])],
                        max_upload_bytes=64 * 1024 * 1024)  # fmt: skip
     fe = Frontend(table)
     try:
-        t = np.arange(16000 * 852) / 16000
-        samples = 3000 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 0.2 * t) > 0)
-        buf = io.BytesIO()
-        with wave.open(buf, "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(16000)
-            w.writeframes(samples.astype("<i2").tobytes())
-        assert buf.tell() > 26 * 1024 * 1024
-        r = fe.post({"model": "whisper-1"}, buf.getvalue(), timeout=300)
+        audio = bursts(852)
+        assert len(audio) > 26 * 1024 * 1024
+        r = fe.post({"model": "whisper-1"}, audio, timeout=300)
         assert r.status_code == 200, r.text
         seen = worker[1].seen
         assert len(seen) >= 852 // 30 and all(s.file_bytes < 25 * 1024 * 1024 for s in seen)

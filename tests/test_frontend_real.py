@@ -20,10 +20,10 @@ from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
 from transcription_worker.batcher import Lane
-from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig
 from transcription_worker.server import create_app as worker_app
+from transcription_worker.transcriber import Transcriber
 
 NAMES = ["whisper-tiny.en", "whisper-1"]
 

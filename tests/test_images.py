@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -77,3 +78,20 @@ def test_cuda_image_takes_its_base_as_an_argument_and_brings_cublas() -> None:
     assert text.count("FROM ${BASE_IMAGE}") == 2
     # CTranslate2's wheel loads libcublas.so.12 (CUDA 12) at run time; ldconfig must know it.
     assert '"nvidia-cublas-cu12>=12.4,<13"' in text and "ldconfig" in text
+
+
+def test_faster_whisper_is_pinned_once_and_the_frontend_image_reads_that_pin() -> None:
+    """The worker calls faster-whisper's private API and the frontend takes its Silero model
+    from the same package: one version, the worker extra's exact pin, which the frontend
+    image's build reads (its command, run here, names that pin)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [pin] = [r for rs in extras["optional-dependencies"].values() for r in rs
+             if r.startswith("faster-whisper")]  # fmt: skip
+    assert re.fullmatch(r"faster-whisper==[\d.]+", pin)
+    for path in DOCKERFILES:
+        assert not re.search(r"faster-whisper==\d", path.read_text()), path  # no version here
+    text = (ROOT / "frontend_image" / "Dockerfile").read_text()
+    [script] = re.findall(r"python -c '([^']+)' > /wheels/silero\.txt", text)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == pin, out.stderr
+    assert text.count("-r /wheels/silero.txt") == 2  # built, then installed

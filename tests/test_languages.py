@@ -15,7 +15,7 @@ from transcription_api.capabilities import Capability, Engine, request_needs
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
 from transcription_api.routes import RouteTable
-from transcription_worker.engine import likeliest
+from transcription_worker.transcriber import likeliest
 
 # --------------------------------------------------------------------------- parsing
 

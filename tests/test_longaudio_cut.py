@@ -1,6 +1,7 @@
-"""Long audio cut on silence (transcription_frontend.longaudio.cut), on real audio: a
-3.5-minute espeak-ng recording whose sentences lie at known places, in every container the
-gateway takes; damaged files; an hour-long file for memory."""
+"""Long audio decoded (transcription_frontend.audio.decode) and cut on silence
+(transcription_frontend.longaudio.cut), on real audio: a 3.5-minute espeak-ng recording
+whose sentences lie at known places, in every container the gateway takes; damaged files;
+an hour-long file for memory."""
 
 from __future__ import annotations
 
@@ -22,14 +23,13 @@ import pytest
 
 from testkit.audio import SENTENCES, convert
 from testkit.longaudio import Recording, babble, damaged, long_recording, looped, read_wav, tone
-from transcription_frontend import vad
+from transcription_frontend.audio import vad
+from transcription_frontend.audio.decode import CorruptAudio, Decoded, decode
+from transcription_frontend.audio.encode import wav
 from transcription_frontend.longaudio.cut import (
     Chunk,
     ChunkSettings,
-    CorruptAudio,
-    Decoded,
     choose_cuts,
-    decode,
     encode,
     find_cuts,
     speech_probabilities,
@@ -197,11 +197,7 @@ def test_quiet_speech_needs_normalizing(workdir: Path) -> None:
 def test_short_audio_is_one_chunk(tmp_path: Path) -> None:
     for seconds in (0.0, 3.0, 30.0):
         path = tmp_path / f"{seconds}.wav"
-        with wave.open(str(path), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(16000)
-            w.writeframes(bytes(2 * round(seconds * 16000)))
+        path.write_bytes(wav(bytes(2 * round(seconds * 16000)), 16000))
         with decode(path) as d:
             assert find_cuts(d, ChunkSettings()) == [Chunk(0, 0.0, seconds)]
 
@@ -388,7 +384,8 @@ def test_wav_chunks_hold_the_same_samples(decoded: Decoded) -> None:
 MEASURE = """
 import json, sys, time
 from pathlib import Path
-from transcription_frontend.longaudio.cut import Chunk, ChunkSettings, decode, encode, find_cuts
+from transcription_frontend.audio.decode import decode
+from transcription_frontend.longaudio.cut import Chunk, ChunkSettings, encode, find_cuts
 
 def status_mb(field):
     for line in open("/proc/self/status"):

@@ -24,9 +24,9 @@ from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import RouteTable
 from transcription_api.worker import BACKGROUND, PRIORITY_HEADER, is_background
 from transcription_worker.batcher import BACKGROUND_WAIT, Job, Lane
-from transcription_worker.engine import Options, Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app
+from transcription_worker.transcriber import Options, Transcriber
 from transcription_worker.windows import Audio
 
 NAMES = ["whisper-tiny.en", "whisper-1"]

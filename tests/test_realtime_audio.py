@@ -16,9 +16,10 @@ import numpy.typing as npt
 import pytest
 
 from testkit.audio import SENTENCES, require_tools, speak
-from transcription_frontend import vad
-from transcription_frontend.realtime.audio import FORMATS, To16k, denoise, to_pcm16, wav
-from transcription_frontend.vad import (
+from transcription_frontend.audio import vad
+from transcription_frontend.audio.encode import wav
+from transcription_frontend.audio.pcm import FORMATS, To16k, denoise, to_pcm16
+from transcription_frontend.audio.vad import (
     FRAME,
     Event,
     ServerVad,
@@ -244,7 +245,7 @@ def test_incomplete_frames_wait_for_the_next_call(silero: Silero) -> None:
 def test_model_is_found_without_importing_faster_whisper() -> None:
     code = (
         "import sys\n"
-        "from transcription_frontend.vad import Silero\n"
+        "from transcription_frontend.audio.vad import Silero\n"
         "Silero().probabilities([0.0] * 1024)\n"
         "assert 'faster_whisper' not in sys.modules and 'ctranslate2' not in sys.modules\n"
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import logging
 import os
@@ -14,17 +13,16 @@ import subprocess
 import sys
 import threading
 import time
-import wave
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 import websockets
 from pydantic import ValidationError
 
 from testkit.frontend import FIXTURE_TEXT, PRIMARY, Frontend, error, pool
 from testkit.host import free_port
+from testkit.longaudio import bursts
 from testkit.otlp import Collector, Span, collector, tree
 from testkit.realtime import server_event, silence
 from testkit.resources import make_td
@@ -41,7 +39,7 @@ from transcription_api.worker import WorkerSettings
 from transcription_frontend.tracing import OtelTracer, Tracer, TracingSettings, setup
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-from transcription_worker.vllm_launcher import vllm_args
+from transcription_worker.launchers.vllm import vllm_args
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -271,26 +269,13 @@ def test_a_refused_request_is_traced_with_its_status_not_as_a_server_error(
 # --------------------------------------------------------------------------- long audio
 
 
-def tones(seconds: int) -> bytes:
-    """A WAV of tone bursts: long enough for several chunks."""
-    t = np.arange(16000 * seconds) / 16000
-    samples = 3000 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 0.2 * t) > 0)
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(samples.astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def test_long_audio_is_a_fanout_span_with_a_child_per_chunk_each_forwarded(
     worker: tuple[Running, Behaviour], otlp: Collector,
 ) -> None:  # fmt: skip
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
     fe, tracer = traced(table, otlp)
     try:
-        r = fe.post({"model": "whisper-1", "chunking_strategy": "auto"}, tones(70),
+        r = fe.post({"model": "whisper-1", "chunking_strategy": "auto"}, bursts(70),
                     headers={"traceparent": TRACEPARENT}, timeout=120)  # fmt: skip
         assert r.status_code == 200, r.text
         spans = spans_until(otlp, tracer, lambda: [s for s in otlp.trace(CLIENT_TRACE)

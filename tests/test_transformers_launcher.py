@@ -18,7 +18,7 @@ from testkit.resources import make_td
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-from transcription_worker.transformers_launcher import (
+from transcription_worker.launchers.transformers import (
     LaunchError,
     environment,
     transformers_args,
@@ -114,7 +114,7 @@ def run_launcher(env_settings: str | None, *args: str) -> subprocess.CompletedPr
     if env_settings is not None:
         env[SETTINGS_ENV] = env_settings
     return subprocess.run(
-        [sys.executable, "-m", "transcription_worker.transformers_launcher", *args],
+        [sys.executable, "-m", "transcription_worker.launchers.transformers", *args],
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
 

@@ -13,8 +13,8 @@ from testkit.resources import make_td
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 from transcription_operator.children import build
 from transcription_operator.config import OperatorConfig
-from transcription_worker import english_only
-from transcription_worker.vllm_launcher import (
+from transcription_worker.launchers import english_only
+from transcription_worker.launchers.vllm import (
     LaunchError,
     cpu_environment,
     english_only_model,
@@ -119,7 +119,7 @@ def test_from_the_operators_pod_spec_to_the_command() -> None:
         for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
         if "value" in e
     }
-    out = subprocess.run([sys.executable, "-m", "transcription_worker.vllm_launcher", "--print"],
+    out = subprocess.run([sys.executable, "-m", "transcription_worker.launchers.vllm", "--print"],
                          env={**env, "PATH": "/usr/bin"}, capture_output=True, text=True, check=True)  # fmt: skip
     assert out.stdout.strip() == (
         "vllm serve openai/whisper-large-v3-turbo --served-model-name openai/whisper-large-v3-turbo whisper-1 "
@@ -129,7 +129,7 @@ def test_from_the_operators_pod_spec_to_the_command() -> None:
 
 
 def test_missing_settings_fail_with_a_clear_message() -> None:
-    out = subprocess.run([sys.executable, "-m", "transcription_worker.vllm_launcher", "--print"],
+    out = subprocess.run([sys.executable, "-m", "transcription_worker.launchers.vllm", "--print"],
                          env={"PATH": "/usr/bin"}, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2
     assert f"{SETTINGS_ENV} is not set" in out.stderr

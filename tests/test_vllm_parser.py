@@ -26,7 +26,7 @@ import pytest
 
 from testkit.vllm_reality import pinned_version, vllm_python
 from transcription_api.worker import WorkerSettings
-from transcription_worker.vllm_launcher import vllm_args
+from transcription_worker.launchers.vllm import vllm_args
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["openai/whisper-large-v3-turbo", "whisper-1"]
@@ -36,7 +36,7 @@ NAMES = ["openai/whisper-large-v3-turbo", "whisper-1"]
 DRIVER = r"""
 import contextlib, io, json, os, sys
 import vllm
-from transcription_worker import vllm_launcher as launcher
+from transcription_worker.launchers import vllm as launcher
 
 job = json.load(sys.stdin)
 out = {"version": vllm.__version__, "parsed": [], "main": []}

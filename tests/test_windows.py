@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transcription_worker.device import DeviceError, check_gpus, cpu_count, unusable
-from transcription_worker.engine import FALLBACK_TEMPERATURES, Options
+from transcription_worker.transcriber import FALLBACK_TEMPERATURES, Options
 from transcription_worker.windows import (
     SAMPLE_RATE,
     WINDOW_SAMPLES,

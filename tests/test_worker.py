@@ -21,11 +21,12 @@ from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
 from testkit.standins import Running, start
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
+from transcription_frontend.audio import encode
 from transcription_worker import metrics
 from transcription_worker.batcher import Lane
-from transcription_worker.engine import Transcriber
 from transcription_worker.main import default_model
 from transcription_worker.server import WorkerConfig, create_app, options
+from transcription_worker.transcriber import Transcriber
 
 NAMES = ["whisper-tiny.en", "whisper-1"]
 MAX_WER = 0.25  # tiny.en gets ~0-5% on these sentences; margin for codecs and noise
@@ -285,7 +286,6 @@ def concatenated(
 ) -> tuple[str, bytes]:
     """The sentences one after another with `gap_s` of silence between them (and `lead_s`
     before the first), `times` over: (reference text, 16 kHz WAV)."""
-    import io
     import wave
 
     silence = lambda s: b"\x00\x00" * int(16000 * s)  # noqa: E731
@@ -295,13 +295,7 @@ def concatenated(
             with wave.open(str(path)) as w:
                 frames += [w.readframes(w.getnframes()), silence(gap_s)]
             words.append(sentence)
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(b"".join(frames))
-    return " ".join(words), buf.getvalue()
+    return " ".join(words), encode.wav(frames, 16000)
 
 
 @pytest.fixture(scope="module")
@@ -472,7 +466,7 @@ def test_a_sequential_lane_decodes_one_request_at_a_time(
     transcriber: Transcriber, clips: dict[str, Path]
 ) -> None:
     from transcription_worker.batcher import Job
-    from transcription_worker.engine import Options, decode
+    from transcription_worker.transcriber import Options, decode
 
     lane = Lane(transcriber, max_queue=8, sequential=True)
     audio = [decode(p.open("rb")) for p in clips.values()]
@@ -488,7 +482,7 @@ def test_a_cancelled_request_gets_no_more_windows_decoded(
     import io
 
     from transcription_worker.batcher import Job
-    from transcription_worker.engine import Options, decode
+    from transcription_worker.transcriber import Options, decode
 
     _, audio = concatenated(clips, gap_s=1.5, times=6)  # about 110 s: 4 windows
     lane = Lane(transcriber, max_queue=1, max_batch_size=1, sequential=True)

@@ -2,43 +2,21 @@
 busy with it.
 
 `check_audio` refuses an empty file or one that is no audio container (400), and says which
-container it is and how long it plays where the header tells that cheaply: the gateway
-routes on both (an engine that cannot decode the container, or that transcribes at most so
-many seconds, gets no such file; `adapters/`). Nothing is decoded: the duration comes from
-the header fields each format keeps it in (WAV/RF64 and AIFF, AU: data size and rate; FLAC:
-STREAMINFO; Ogg Vorbis/Opus: the last page's granule position; MP3: the Xing/Info or VBRI
-frame count, else the first frame's bitrate over the file size). Containers whose length
-lives in an index that may sit anywhere (MP4/M4A, WebM, ASF) report no duration.
+container it is and how long it plays where the header tells that cheaply (`audio.headers`:
+nothing is decoded): the gateway routes on both (an engine that cannot decode the
+container, or that transcribes at most so many seconds, gets no such file; `adapters/`).
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import IO
 
 from transcription_api.errors import bad_request
 from transcription_api.multipart import Upload
 
-HEAD = 64 * 1024  # bytes read from the start (headers, the first MP3 frame)
-TAIL = 64 * 1024  # ...and from the end (the last Ogg page)
+from .audio import headers
 
-# Leading bytes of the containers Whisper engines decode (and a few more ffmpeg reads), and
-# the name `CapabilitySet.audio_formats` uses for each.
-AUDIO_MAGIC: tuple[tuple[int, bytes, str], ...] = (
-    (0, b"RIFF", "wav"),
-    (0, b"RF64", "wav"),
-    (0, b"fLaC", "flac"),
-    (0, b"OggS", "ogg"),
-    (0, b"ID3", "mp3"),
-    (0, b"\x1a\x45\xdf\xa3", "webm"),
-    (4, b"ftyp", "mp4"),
-    (0, b"#!AMR", "amr"),
-    (0, b"FORM", "aiff"),
-    (0, b".snd", "au"),
-    (0, b"caff", "caf"),
-    (0, b"\x30\x26\xb2\x75", "wma"),
-)
 # What users call these containers, for error messages.
 DESCRIPTIONS = {"mp4": "MP4/M4A (AAC)", "webm": "WebM/Matroska", "aac": "AAC (ADTS)",
                 "wma": "ASF/WMA", "amr": "AMR"}  # fmt: skip
@@ -48,29 +26,12 @@ DESCRIPTIONS = {"mp4": "MP4/M4A (AAC)", "webm": "WebM/Matroska", "aac": "AAC (AD
 class AudioInfo:
     """What the gateway knows of an upload without decoding it."""
 
-    container: str  # a name of AUDIO_MAGIC, or "mp3"/"aac" for bare MPEG frames
+    container: str  # `headers.container`'s name for it
     seconds: float | None = None  # None: the header does not say (cheaply)
 
     @property
     def description(self) -> str:
         return DESCRIPTIONS.get(self.container, self.container)
-
-
-def container(head: bytes) -> str | None:
-    """The container the leading bytes name, or None for no audio container."""
-    for off, magic, name in AUDIO_MAGIC:
-        if head[off : off + len(magic)] == magic:
-            if name == "wav" and head[8:12] not in (b"WAVE", b""):
-                return "riff"  # AVI and other RIFF forms: still ffmpeg's to judge
-            return name
-    # MPEG audio frames start with 11 set bits; layer bits 00 mean AAC in ADTS framing.
-    if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0:
-        return "aac" if head[1] & 0x06 == 0 else "mp3"
-    return None
-
-
-def looks_like_audio(head: bytes) -> bool:
-    return container(head) is not None
 
 
 def check_audio(upload: Upload) -> AudioInfo:
@@ -86,8 +47,8 @@ def check_audio(upload: Upload) -> AudioInfo:
 
 def probe(f: IO[bytes], size: int) -> AudioInfo:
     f.seek(0)
-    head = f.read(HEAD)
-    name = container(head)
+    head = f.read(headers.HEAD)
+    name = headers.container(head)
     if name is None:
         raise bad_request(
             "the file is not a recognised audio or video container (wav, mp3, flac, "
@@ -95,155 +56,4 @@ def probe(f: IO[bytes], size: int) -> AudioInfo:
             param="file",
             code="invalid_audio",
         )
-    reader = DURATIONS.get(name)
-    seconds = None
-    if reader is not None:
-        try:
-            seconds = reader(f, head, size)
-        except (struct.error, ValueError, IndexError, ZeroDivisionError, OverflowError):
-            seconds = None  # a header this short or odd: the engine will judge the file
-    if seconds is not None and not 0 <= seconds < 1e7:
-        seconds = None
-    return AudioInfo(name, seconds)
-
-
-# --------------------------------------------------------------------------- durations
-
-
-def _int(fmt: str, data: bytes) -> int:
-    """One integer field (struct.error when `data` is too short: a truncated header)."""
-    return int(struct.unpack(fmt, data)[0])
-
-
-def _wav(f: IO[bytes], head: bytes, size: int) -> float | None:
-    """RIFF/RF64 WAVE: the `data` chunk's size over `fmt `'s byte rate."""
-    byte_rate = data_size = data_at = None
-    ds64_size = None
-    pos = 12
-    while pos + 8 <= size and (byte_rate is None or data_size is None):
-        f.seek(pos)
-        header = f.read(8)
-        if len(header) < 8:
-            break
-        cid, n = header[:4], _int("<I", header[4:])
-        if cid == b"fmt ":
-            byte_rate = _int("<I", f.read(12)[8:12])
-        elif cid == b"ds64":
-            ds64_size = _int("<Q", f.read(16)[8:16])
-        elif cid == b"data":
-            data_at, data_size = pos + 8, n
-            if n == 0xFFFFFFFF:  # RF64, or a writer that did not know the length
-                data_size = ds64_size
-            break
-        pos += 8 + n + (n & 1)
-    if not byte_rate or data_at is None:
-        return None
-    available = size - data_at
-    return min(data_size or available, available) / byte_rate
-
-
-def _aiff(f: IO[bytes], head: bytes, size: int) -> float | None:
-    """AIFF/AIFC: `COMM`'s frame count over its (80-bit float) sample rate."""
-    pos = 12
-    while pos + 8 <= min(size, len(head)):
-        cid, n = head[pos : pos + 4], _int(">I", head[pos + 4 : pos + 8])
-        if cid == b"COMM":
-            frames = _int(">I", head[pos + 10 : pos + 14])
-            exponent, mantissa = struct.unpack(">HQ", head[pos + 16 : pos + 26])
-            rate = mantissa * 2.0 ** ((exponent & 0x7FFF) - 16383 - 63)
-            return frames / rate if rate else None
-        pos += 8 + n + (n & 1)
-    return None
-
-
-AU_SAMPLE_BYTES = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 4, 7: 8, 27: 1}
-
-
-def _au(f: IO[bytes], head: bytes, size: int) -> float | None:
-    offset, data_size, encoding, rate, channels = (int(x) for x in struct.unpack(">5I", head[4:24]))
-    width = AU_SAMPLE_BYTES.get(encoding)
-    if not width or not rate or not channels:
-        return None
-    available = size - offset
-    n = available if data_size == 0xFFFFFFFF else min(data_size, available)
-    return n / (width * rate * channels)
-
-
-def _flac(f: IO[bytes], head: bytes, size: int) -> float | None:
-    """STREAMINFO (always the first metadata block): total samples over the sample rate."""
-    if head[4] & 0x7F != 0:
-        return None
-    bits = int.from_bytes(head[18:26], "big")
-    rate, total = bits >> 44, bits & ((1 << 36) - 1)
-    return total / rate if rate and total else None
-
-
-def _ogg(f: IO[bytes], head: bytes, size: int) -> float | None:
-    """The last page's granule position (samples) over the rate of the first packet's codec."""
-    first_packet = 27 + head[26]
-    packet = head[first_packet : first_packet + 19]
-    if packet.startswith(b"\x01vorbis"):
-        rate, skip = _int("<I", packet[12:16]), 0
-    elif packet.startswith(b"OpusHead"):
-        rate, skip = 48000, _int("<H", packet[10:12])
-    else:
-        return None
-    f.seek(max(0, size - TAIL))
-    tail = f.read(TAIL)
-    last = tail.rfind(b"OggS")
-    if last < 0 or last + 14 > len(tail):
-        return None
-    granule = _int("<q", tail[last + 6 : last + 14])
-    return (granule - skip) / rate if granule >= 0 and rate else None
-
-
-# MPEG audio: kbit/s per bitrate index, by (MPEG-1?, layer); samples per frame.
-_BITRATES = {
-    (True, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
-    (True, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
-    (True, 3): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
-    (False, 1): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
-    (False, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
-    (False, 3): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
-}
-_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
-
-
-def _mp3(f: IO[bytes], head: bytes, size: int) -> float | None:
-    """Frame count from a Xing/Info or VBRI header; else constant bitrate over the size."""
-    start = 0
-    if head.startswith(b"ID3"):
-        tag = head[6:10]
-        start = 10 + ((tag[0] << 21) | (tag[1] << 14) | (tag[2] << 7) | tag[3])
-        if head[5] & 0x10:
-            start += 10  # footer
-        if start + 4 > len(head):
-            f.seek(start)
-            head, start = f.read(HEAD), 0
-    b = head[start : start + 4]
-    if len(b) < 4 or b[0] != 0xFF or b[1] & 0xE0 != 0xE0:
-        return None
-    version, layer_bits = (b[1] >> 3) & 3, (b[1] >> 1) & 3
-    if version == 1 or layer_bits == 0:
-        return None
-    mpeg1, layer = version == 3, 4 - layer_bits
-    kbps = _BITRATES[(mpeg1, layer)][b[2] >> 4] if b[2] >> 4 < 15 else 0
-    rate_index = (b[2] >> 2) & 3
-    if rate_index == 3:
-        return None
-    rate = _RATES[version][rate_index]
-    per_frame = 384 if layer == 1 else 1152 if (layer == 2 or mpeg1) else 576
-    mono = b[3] >> 6 == 3
-    side = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
-    xing = start + 4 + side
-    if head[xing : xing + 4] in (b"Xing", b"Info"):
-        flags = _int(">I", head[xing + 4 : xing + 8])
-        if flags & 1:
-            return _int(">I", head[xing + 8 : xing + 12]) * per_frame / rate
-    vbri = start + 4 + 32
-    if head[vbri : vbri + 4] == b"VBRI":
-        return _int(">I", head[vbri + 14 : vbri + 18]) * per_frame / rate
-    return (size - start) * 8 / (kbps * 1000) if kbps else None
-
-
-DURATIONS = {"wav": _wav, "aiff": _aiff, "au": _au, "flac": _flac, "ogg": _ogg, "mp3": _mp3}
+    return AudioInfo(name, headers.seconds(f, size, name, head))

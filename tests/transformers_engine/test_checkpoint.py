@@ -63,12 +63,12 @@ def test_launcher_checks_engine_args_with_transformers_own_parser(checkpoints: P
     s = WorkerSettings(engine="transformers", mode="continuous", model=str(checkpoints / WHISPER),
                        served_names=[WHISPER], extra_args=["--bogus"])  # fmt: skip
     env = {**os.environ, SETTINGS_ENV: s.to_env()}
-    out = subprocess.run([sys.executable, "-m", "transcription_worker.transformers_launcher", "--print"],
+    out = subprocess.run([sys.executable, "-m", "transcription_worker.launchers.transformers", "--print"],
                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
     assert out.returncode == 2
     assert "transformers serve rejects the arguments: No such option '--bogus'" in out.stderr
     s = s.model_copy(update={"extra_args": ["--cb-block-size", "32"]})
-    out = subprocess.run([sys.executable, "-m", "transcription_worker.transformers_launcher", "--print"],
+    out = subprocess.run([sys.executable, "-m", "transcription_worker.launchers.transformers", "--print"],
                          env={**env, SETTINGS_ENV: s.to_env()}, capture_output=True, text=True, check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("--continuous-batching --log-level info --cb-block-size 32")

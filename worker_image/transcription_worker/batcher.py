@@ -25,11 +25,11 @@ A short request that arrives while a batch of background windows decodes waits f
 end (a batch is not interrupted), and a batch of N windows takes about N times one on a
 CPU. So while interactive requests are about -- one admitted, or one in the last
 `interactive_recent_s` (5) seconds -- a batch of background windows holds at most
-`background_batch_size` of them: 1 on a CPU worker (main.py), which bounds that wait to one
+`background_batch_size` of them: 1 on a CPU worker (`main`), which bounds that wait to one
 window; with no interactive request about, background batches are full again, so a long
 file alone loses nothing. On GPUs, where a batch costs little more than one window, the
 limit is the batch size. And a batch is one round of the temperature fallback
-(`engine.py`): a window whose text looks wrong comes back ready at the next temperature and
+(`transcriber`): a window whose text looks wrong comes back ready at the next temperature and
 is scheduled again like any ready window, so an interactive window goes between two rounds
 of a background one instead of waiting for all of them (seconds each: a repetition loop at
 beam 5, then 5 samples a temperature).
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import metrics
-from .engine import Options, Transcriber, Window
+from .transcriber import Options, Transcriber, Window
 from .windows import SAMPLE_RATE, Audio
 
 log = logging.getLogger(__name__)

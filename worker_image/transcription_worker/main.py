@@ -21,8 +21,8 @@ from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
 from .batcher import Lane
 from .device import DeviceError
-from .engine import Transcriber
 from .server import WorkerConfig, create_app
+from .transcriber import Transcriber
 
 log = logging.getLogger("transcription_worker")
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             "check spec.model.path (and, for source 'pvc', that the claim holds the weights)"
         )
     if not os.path.isdir(model):
-        from faster_whisper.utils import download_model
+        from faster_whisper import download_model
 
         model = download_model(model, cache_dir=s.cache_dir, revision=s.revision)
     try:

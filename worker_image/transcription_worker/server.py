@@ -51,9 +51,9 @@ from transcription_api.params import flag, parse_request
 from transcription_api.render import render
 from transcription_api.worker import PRIORITY_HEADER, is_background
 
-from . import metrics
+from . import faster_whisper_compat, metrics
 from .batcher import Job, Lane, QueueFull
-from .engine import AudioError, Options, Segment, decode
+from .transcriber import AudioError, Options, Segment, decode
 
 log = logging.getLogger("transcription_worker")
 
@@ -95,9 +95,7 @@ def options(request: TranscriptionRequest, task: str, multilingual: bool) -> Opt
             raise bad_request(
                 f"this model is English-only; language {code!r} is not supported", param
             )
-        from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-        if code not in _LANGUAGE_CODES:
+        if code not in faster_whisper_compat.language_codes():
             raise bad_request(f"Unsupported language: {code!r}", param)
     if not multilingual and named:
         language = "en"

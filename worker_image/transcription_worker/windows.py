@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from . import faster_whisper_compat
+
 SAMPLE_RATE = 16000
 WINDOW_SAMPLES = 30 * SAMPLE_RATE
 
@@ -69,10 +71,7 @@ def group(speech: Ranges, max_samples: int = WINDOW_SAMPLES) -> list[Ranges]:
 def speech_windows(audio: Audio) -> list[Ranges]:
     """Windows of the speech Silero VAD finds (faster-whisper's VAD, its default settings,
     with speech longer than 30 s cut at its last pause)."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-    speech = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=30))
-    return group([(int(c["start"]), int(c["end"])) for c in speech])
+    return group(faster_whisper_compat.speech_timestamps(audio, max_speech_seconds=30))
 
 
 class TimeMap:

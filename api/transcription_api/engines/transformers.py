@@ -1,6 +1,5 @@
 """transformers: `transformers serve` (5.24), started by the transformers image's launcher
-(worker_image/transcription_worker/transformers_launcher.py,
-worker_image/Dockerfile.transformers).
+(`transcription-transformers-launcher`, worker_image/Dockerfile.transformers).
 
 What it serves depends on the kind of model as much as on the mode: a Whisper model
 transcribes (through its transcription endpoint), an audio language model chats and

@@ -1,5 +1,5 @@
 """vLLM: its own OpenAI server (`vllm serve`), started by the vLLM images' launcher
-(worker_image/transcription_worker/vllm_launcher.py): worker_image/Dockerfile.vllm for
+(`transcription-vllm-launcher`): worker_image/Dockerfile.vllm for
 pools with GPUs, worker_image/Dockerfile.vllm-cpu (vLLM's CPU build) for pools without.
 
 It transcribes in both modes; no word timestamps, no srt/vtt, `text` comes as JSON, uploads

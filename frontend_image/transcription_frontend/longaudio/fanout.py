@@ -3,9 +3,9 @@
 A request is chunked when it sets `chunking_strategy`, when its audio (by its header) is
 longer than `threshold_seconds`, or when no pool's engine takes it whole (longer than the
 engine's `max_audio_seconds`, or larger than its upload limit). Then:
-1. the upload is decoded as a stream into 16 kHz mono PCM, spooled to disk (cut.py);
+1. the upload is decoded as a stream into 16 kHz mono PCM, spooled to disk (`audio.decode`);
 2. Silero VAD finds the silences, and the audio is cut in them, each chunk at most
-   `max_chunk_seconds` (cut.py);
+   `max_chunk_seconds` (`cut`);
 3. each chunk, as 16 kHz FLAC, is a request of its own into the pipeline (subrequest.py):
    the pool's least-loaded ready worker takes it, a worker that fails before answering is
    replaced by another, a pool at zero is woken and the chunk held; at most
@@ -59,10 +59,11 @@ from ..tracing import Span, context_of
 from .stitch import logprobs, stitch
 
 if TYPE_CHECKING:
-    from .cut import Chunk, Decoded
+    from ..audio.decode import Decoded
+    from .cut import Chunk
 
-# cut.py (PyAV, numpy, and Silero in onnxruntime: 57 MB of a gateway's memory) is imported
-# by the first request that is chunked, not by every gateway.
+# The audio package and `cut` (PyAV, numpy, and Silero in onnxruntime: 57 MB of a gateway's
+# memory) are imported by the first request that is chunked, not by every gateway.
 
 log = logging.getLogger("transcription_frontend.longaudio")
 
@@ -152,7 +153,7 @@ async def transcribe_long(
     model: str,
 ) -> Reply:  # fmt: skip
     """The whole answer (or stream) of a chunked request."""
-    from .cut import CorruptAudio, decode
+    from ..audio.decode import CorruptAudio, decode
 
     cfg: ChunkingSpec = gw.settings.chunking
     assert upload.file is not None

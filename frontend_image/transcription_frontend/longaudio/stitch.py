@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from transcription_api.openai import Logprob, Segment, VerboseTranscription, Word
 
-if TYPE_CHECKING:  # cut.py loads PyAV and numpy: only when a request is chunked
+if TYPE_CHECKING:  # `cut` loads PyAV and numpy: only when a request is chunked
     from .cut import Chunk
 
 

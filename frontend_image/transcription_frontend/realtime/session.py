@@ -2,7 +2,7 @@
 detection, and the turns it sends to the pools.
 
 The buffer holds the audio not yet committed, as 16-bit PCM at the input format's rate.
-With `server_vad`, Silero VAD (vad.py) finds where speech starts and stops; each stop
+With `server_vad`, Silero VAD (`audio.vad`) finds where speech starts and stops; each stop
 commits the turn's audio (from its start, prefix padding included, to the stop, trailing
 silence included), as OpenAI's server VAD does. With `turn_detection: null` the client
 commits. Each committed turn becomes a conversation item and a transcription through the
@@ -56,13 +56,15 @@ from transcription_api.realtime import (
     validate_session,
 )
 
-from .. import metrics, vad
+from .. import metrics
+from ..audio import vad
+from ..audio.encode import wav
+from ..audio.pcm import FORMATS, To16k, denoise, to_pcm16
 from ..gateway import Gateway
 from ..pipeline import resolve_model
 from ..routing import NoPool
 from ..subrequest import Caller
 from ..tracing import Attributes, Parent
-from . import audio
 from .turns import TurnFailed, transcribe_turn
 
 log = logging.getLogger("transcription_frontend.realtime")
@@ -105,10 +107,10 @@ class Session:
 
     def _set_format(self) -> None:
         """A new format or turn detection: the buffer and the VAD start again."""
-        self.rate = audio.FORMATS[self.config.input.format.type]
+        self.rate = FORMATS[self.config.input.format.type]
         self.buffer = bytearray()
         self.buffer_start_ms = self.elapsed_ms
-        self.to16k = audio.To16k(self.rate)
+        self.to16k = To16k(self.rate)
         td = self.config.input.turn_detection
         self.detector: vad.TurnDetector | None = None
         if isinstance(td, ServerVad):
@@ -208,7 +210,7 @@ class Session:
             )  # fmt: skip
         fmt = self.config.input.format.type
         try:
-            pcm = audio.to_pcm16(fmt, raw)
+            pcm = to_pcm16(fmt, raw)
         except ValueError as e:
             raise EventError(f"'audio' is not {fmt} audio: {e}", code="invalid_value",
                              param="audio", event_id=event.event_id) from None  # fmt: skip
@@ -307,7 +309,7 @@ class Session:
         seconds = len(pcm) / 2 / self.rate
         nr = self.config.input.noise_reduction
         if nr is not None and nr.type is not None:
-            pcm = await asyncio.to_thread(audio.denoise, pcm, self.rate, nr.type)
+            pcm = await asyncio.to_thread(denoise, pcm, self.rate, nr.type)
         model = self.config.input.transcription.model or self.gw.router.table.model
 
         async def delta(text: str, logprobs: list[Logprob] | None) -> None:
@@ -322,7 +324,7 @@ class Session:
         try:
             with self.gw.tracer.span("realtime.turn", attributes, parent=self.trace):
                 answer = await transcribe_turn(
-                    self.gw, audio.wav(pcm, self.rate), self.config, self.caller, delta,
+                    self.gw, wav(pcm, self.rate), self.config, self.caller, delta,
                 )  # fmt: skip
             transcript = answer.text
             await self.emit(TranscriptCompleted(

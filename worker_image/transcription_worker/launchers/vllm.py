@@ -8,7 +8,7 @@ and fails with PackageNotFoundError), the same arguments go to
 `python -m vllm.entrypoints.openai.api_server --model <model> ...`.
 
 English-only Whisper checkpoints are served through a copy whose tokenizer makes vLLM's
-prompt the English-only one (english_only.py); pools without GPUs get vLLM's CPU settings.
+prompt the English-only one (`english_only`); pools without GPUs get vLLM's CPU settings.
 
     transcription-vllm-launcher            exec vllm serve
     transcription-vllm-launcher --print    print the command instead
@@ -33,7 +33,7 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import WorkerSettings, managed_flag, managed_flag_message
 
 from . import english_only
-from .launch import Launcher, LaunchError
+from .base import Launcher, LaunchError
 
 __all__ = ["LaunchError", "check_with_vllm_parser", "cpu_environment", "main", "server_command",
            "vllm_args"]  # fmt: skip

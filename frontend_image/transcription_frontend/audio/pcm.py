@@ -1,5 +1,5 @@
-"""Audio for Realtime transcription sessions: OpenAI's input formats decoded to 16-bit PCM,
-a streaming resampler to 16 kHz for voice activity detection, and WAV wrapping.
+"""Raw PCM in and out: OpenAI's Realtime input formats decoded to 16-bit PCM, the streaming
+resampler to 16 kHz mono (libswresample, through PyAV), and ffmpeg's denoiser.
 
 `audio/pcm` is 24 kHz 16-bit little-endian mono; `audio/pcmu` and `audio/pcma` are G.711
 mu-law and A-law at 8 kHz, one byte a sample.
@@ -7,16 +7,17 @@ mu-law and A-law at 8 kHz, one byte a sample.
 
 from __future__ import annotations
 
-import io
-import wave
+from typing import Any
 
 import av
 import numpy as np
 import numpy.typing as npt
 
+RATE = 16000  # what Whisper and Silero take: the rate all audio is resampled to
+
 FORMATS: dict[str, int] = {"audio/pcm": 24000, "audio/pcmu": 8000, "audio/pcma": 8000}
 
-VAD_RATE = 16000
+Floats = npt.NDArray[np.float32]
 
 
 def _ulaw_table() -> npt.NDArray[np.int16]:
@@ -55,24 +56,62 @@ def to_pcm16(fmt: str, data: bytes) -> bytes:
     return table[np.frombuffer(data, dtype=np.uint8)].tobytes()
 
 
-class To16k:
-    """A streaming resampler of 16-bit mono PCM at `rate` to 16 kHz float32 in [-1, 1].
+def frame_of(pcm16: npt.NDArray[np.int16], rate: int) -> av.AudioFrame:
+    """A PyAV frame of 16-bit mono samples at `rate`."""
+    frame = av.AudioFrame.from_ndarray(pcm16.reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = rate
+    return frame
 
-    libswresample (through PyAV) keeps its filter state between calls, so the pieces join
-    without clicks; it holds back a few samples of delay, which `flush` returns at the end.
-    """
+
+class Resampler:
+    """Decoded frames, whatever their sample format, rate or layout, as 16 kHz mono samples
+    in `fmt`: "s16" (int16) or "flt" (float32 in [-1, 1]).
+
+    libswresample keeps its filter state between calls, so the pieces join without clicks;
+    it holds back a few samples of delay, which `flush` returns at the end. It takes one input
+    format: a stream that changes it midway (chained Ogg, an MP3 that changes rate) gets a
+    fresh one after the old one is flushed."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self._dtype = np.dtype(np.int16 if fmt == "s16" else np.float32)
+        self._resampler: Any = None
+        self._input: tuple[str, str, int] | None = None
+
+    def feed(self, frame: av.AudioFrame) -> npt.NDArray[Any]:
+        key = (frame.format.name, frame.layout.name, frame.sample_rate)
+        before = None
+        if key != self._input:
+            before = self.flush()
+            self._resampler = av.AudioResampler(format=self.fmt, layout="mono", rate=RATE)
+            self._input = key
+        out = self._collect(self._resampler.resample(frame))
+        return out if before is None or not before.size else np.concatenate([before, out])
+
+    def flush(self) -> npt.NDArray[Any]:
+        """The samples the resampler still holds; the next frame starts a fresh one."""
+        if self._resampler is None:
+            return np.zeros(0, dtype=self._dtype)
+        out = self._collect(self._resampler.resample(None))
+        self._resampler = self._input = None
+        return out
+
+    def _collect(self, frames: list[av.AudioFrame]) -> npt.NDArray[Any]:
+        if not frames:
+            return np.zeros(0, dtype=self._dtype)
+        return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(self._dtype)
+
+
+class To16k:
+    """A stream of 16-bit mono PCM at `rate`, as 16 kHz float32 in [-1, 1] (`Resampler`)."""
 
     def __init__(self, rate: int) -> None:
         if rate <= 0:
             raise ValueError(f"sample rate must be positive, got {rate}")
         self.rate = rate
-        self._resampler = (
-            None
-            if rate == VAD_RATE
-            else av.AudioResampler(format="flt", layout="mono", rate=VAD_RATE)
-        )
+        self._resampler = None if rate == RATE else Resampler("flt")
 
-    def feed(self, pcm16: bytes) -> npt.NDArray[np.float32]:
+    def feed(self, pcm16: bytes) -> Floats:
         if len(pcm16) % 2:
             raise ValueError(f"16-bit PCM needs an even byte count, got {len(pcm16)}")
         samples = np.frombuffer(pcm16, dtype="<i2")
@@ -80,32 +119,13 @@ class To16k:
             return samples.astype(np.float32) / np.float32(32768)
         if not samples.size:
             return np.zeros(0, dtype=np.float32)
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = self.rate
-        return self._collect(self._resampler.resample(frame))
+        return self._resampler.feed(frame_of(samples, self.rate))
 
-    def flush(self) -> npt.NDArray[np.float32]:
+    def flush(self) -> Floats:
         """The samples the resampler still holds; the stream ends here."""
         if self._resampler is None:
             return np.zeros(0, dtype=np.float32)
-        return self._collect(self._resampler.resample(None))
-
-    @staticmethod
-    def _collect(frames: list[av.AudioFrame]) -> npt.NDArray[np.float32]:
-        if not frames:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32)
-
-
-def wav(pcm16: bytes, rate: int) -> bytes:
-    """A mono 16-bit WAV file of `pcm16` (little-endian samples) at `rate`."""
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm16)
-    return buf.getvalue()
+        return self._resampler.flush()
 
 
 # OpenAI's `noise_reduction.type`, as ffmpeg's FFT denoiser (afftdn) settings: a close-talking
@@ -116,7 +136,7 @@ _DENOISE_PAD_S = 0.05  # afftdn delays its output (25 ms at 24 kHz): padded, so 
 
 
 def denoise(pcm16: bytes, rate: int, kind: str) -> bytes:
-    """A turn's audio through ffmpeg's afftdn (libavfilter, via PyAV)."""
+    """16-bit mono PCM at `rate` through ffmpeg's afftdn (libavfilter, via PyAV)."""
     graph = av.filter.Graph()
     source = graph.add_abuffer(format="s16", sample_rate=rate, layout="mono")
     afftdn = graph.add("afftdn", DENOISE[kind])
@@ -127,10 +147,7 @@ def denoise(pcm16: bytes, rate: int, kind: str) -> bytes:
     s16.link_to(sink)
     graph.configure()
     padded = pcm16 + bytes(2 * round(_DENOISE_PAD_S * rate))
-    frame = av.AudioFrame.from_ndarray(
-        np.frombuffer(padded, dtype="<i2").reshape(1, -1), format="s16", layout="mono"
-    )
-    frame.sample_rate = rate
+    frame = frame_of(np.frombuffer(padded, dtype="<i2"), rate)
     frame.pts = 0
     graph.push(frame)
     graph.push(None)

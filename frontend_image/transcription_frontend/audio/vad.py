@@ -1,5 +1,5 @@
-"""Voice activity for Realtime transcription sessions: Silero VAD run as a stream, and the
-turn detection OpenAI calls `server_vad` on top of it.
+"""Voice activity: Silero VAD run as a stream, over whole spooled files (long audio's cuts),
+and the turn detection OpenAI calls `server_vad` on top of it (Realtime sessions).
 
 Silero VAD v6 is the ONNX model faster-whisper ships. It is loaded from faster-whisper's
 package directory without importing the package (which would load ctranslate2 into the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,8 +27,25 @@ CONTEXT = 64  # samples of the previous frame the model sees before each frame
 FRAME_MS = 32
 SAMPLES_PER_MS = 16
 MIN_SPEECH_MS = 96  # speech shorter than this, then silence, is no turn
+# Silero's hysteresis: once below threshold - NEG_OFFSET, a frame is silence (as in
+# faster-whisper's use of it).
+NEG_OFFSET = 0.15
+# What Silero scores in one call over a file: 8.2 s. Larger batches are hardly faster, and
+# ONNX Runtime's memory grows with them (an hour: +7 MB at 256 frames a call, +28 MB at 1024).
+BLOCK_SAMPLES = 256 * FRAME
+# Normalizing: the 99th percentile of the frames' RMS levels (the loud speech) is brought to
+# this level, the gain kept within these bounds; the VAD's input only.
+NORMALIZE_LEVEL = 0.25
+NORMALIZE_PERCENTILE = 99.0
+NORMALIZE_GAIN = (0.1, 100.0)
 
 Floats = npt.NDArray[np.float32]
+Samples = npt.NDArray[np.int16]
+
+
+def neg_threshold(threshold: float) -> float:
+    """Below this probability a frame is silence, for speech at `threshold` and above."""
+    return max(threshold - NEG_OFFSET, 0.01)
 
 
 def model_path() -> Path:
@@ -104,6 +122,46 @@ class SpeechModel(Protocol):
     def reset(self) -> None: ...
 
 
+# --------------------------------------------------------------------------- whole files
+
+
+def probabilities(blocks: Iterable[Samples], model: SpeechModel, gain: float = 1.0) -> Floats:
+    """The speech probability of each whole 32 ms frame of the 16 kHz 16-bit samples in
+    `blocks` (of BLOCK_SAMPLES for the least memory), each first multiplied by `gain` and
+    clipped; the model starts afresh."""
+    model.reset()
+    parts: list[Floats] = []
+    for block in blocks:
+        samples = block.astype(np.float32) / np.float32(32768)
+        if gain != 1.0:
+            samples = np.clip(samples * np.float32(gain), -1.0, 1.0)
+        parts.append(model.probabilities(samples))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def normalizing_gain(blocks: Iterable[Samples]) -> float:
+    """The gain that brings the loud frames of the samples in `blocks` (each a whole number
+    of frames but the last; the 99th percentile of 32 ms RMS levels) to NORMALIZE_LEVEL,
+    within NORMALIZE_GAIN; 1 for digital silence."""
+    levels: list[Floats] = []
+    for block in blocks:
+        whole = block.size // FRAME * FRAME
+        if not whole:
+            continue
+        frames = block[:whole].reshape(-1, FRAME).astype(np.float32) / np.float32(32768)
+        levels.append(np.sqrt(np.mean(np.square(frames), axis=1)))
+    if not levels:
+        return 1.0
+    level = float(np.percentile(np.concatenate(levels), NORMALIZE_PERCENTILE))
+    if level < 1e-5:
+        return 1.0
+    low, high = NORMALIZE_GAIN
+    return min(max(NORMALIZE_LEVEL / level, low), high)
+
+
+# --------------------------------------------------------------------------- turns
+
+
 @dataclass(frozen=True)
 class ServerVad:
     """OpenAI's `server_vad` turn detection parameters, with its defaults."""
@@ -142,7 +200,7 @@ class TurnDetector:
     def __init__(self, settings: ServerVad, model: SpeechModel) -> None:
         self.settings = settings
         self.model = model
-        self.neg_threshold = max(settings.threshold - 0.15, 0.01)
+        self.neg_threshold = neg_threshold(settings.threshold)
         self._origin_ms = 0  # where frame 0 of the model's stream starts on the timeline
         self._frames = 0  # frames the model has scored since the origin
         self._floor_ms = 0  # no turn starts before this: the last turn's end, or a clear

@@ -24,7 +24,7 @@ from typing import NoReturn
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.worker import WorkerSettings
 
-from .launch import Launcher, LaunchError
+from .base import Launcher, LaunchError
 
 __all__ = ["LaunchError", "environment", "main", "transformers_args", "warnings"]
 

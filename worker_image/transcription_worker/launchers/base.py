@@ -6,7 +6,7 @@ checked before a model is loaded, and replace the process with the engine's serv
     <launcher> --print    print the command instead
 
 A launcher is one `Launcher`: its command line, the engine's own check of it, and how the
-server is started. `vllm_launcher.py` and `transformers_launcher.py` are the two.
+server is started: the vLLM and the transformers launchers are the two.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """faster-whisper, batched: the model and one batch step.
 
-A request's audio becomes *windows* of at most 30 s (`windows.py`). The batcher
-(`batcher.py`) gathers windows of every request in flight into one batch, and
-`Transcriber.step` decodes that batch with one CTranslate2 encoder call and one decoder call.
+A request's audio becomes *windows* of at most 30 s (`windows`). The lane (`batcher`)
+gathers windows of every request in flight into one batch, and `Transcriber.step` decodes
+that batch with one CTranslate2 encoder call and one decoder call.
 What happens to each window is faster-whisper's own sequential algorithm, applied to a
 batch: temperature fallback (OpenAI's meaning of `temperature=0`), the no-speech skip,
 splitting at timestamp tokens, continuing a window whose last segment was cut off, and word
@@ -10,6 +10,9 @@ timestamps from cross-attention alignment -- so a request decodes to the same te
 alone. Each temperature of the fallback is a step of its own: a window whose text looks
 wrong goes back to the batcher with its attempts so far and the next temperature, so the
 batcher can decode an interactive request's window between two rounds of a long one.
+
+What this takes of faster-whisper beyond its public API goes through
+`faster_whisper_compat`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from . import faster_whisper_compat as compat
 from .device import DeviceError, check_gpus, cpu_count, unusable
 from .windows import SAMPLE_RATE, Audio, TimeMap, speech_windows, split_on_silence
 
@@ -43,7 +47,7 @@ class AudioError(ValueError):
 
 def decode(file: IO[bytes]) -> Audio:
     """Decode any container PyAV/ffmpeg reads into 16 kHz mono float32 samples."""
-    from faster_whisper.audio import decode_audio
+    from faster_whisper import decode_audio
 
     try:
         audio = decode_audio(file, sampling_rate=SAMPLE_RATE)
@@ -191,6 +195,7 @@ class Transcriber:
                 cpu_threads=max(1, threads // self.workers),
                 num_workers=1 if gpus else self.workers,  # (per device)
             )
+            self.internals = compat.Internals(self.model)
             if gpus:
                 self.warm_up()
         except Exception as e:
@@ -200,7 +205,7 @@ class Transcriber:
 
     @property
     def multilingual(self) -> bool:
-        return bool(self.model.model.is_multilingual)
+        return self.internals.multilingual
 
     # ------------------------------------------------------------------ windows
 
@@ -236,28 +241,26 @@ class Transcriber:
         for another step. A window whose text looks wrong keeps the attempt and moves on to
         the next temperature, for another step at the same `seek`.
         """
-        from faster_whisper.audio import pad_or_trim
-
-        m = self.model
+        fw = self.internals
         for w in batch:
             if w.features is None:
-                w.features = m.feature_extractor(_samples(w))
+                w.features = fw.features(_samples(w))
         sizes = [min(WINDOW_FRAMES, _frames(w) - w.seek) for w in batch]
         features = np.stack(
             [
-                pad_or_trim(w.features[:, w.seek : w.seek + n])  # type: ignore[index]
+                compat.pad_or_trim(w.features[:, w.seek : w.seek + n])  # type: ignore[index]
                 for w, n in zip(batch, sizes, strict=True)
             ]
         )
         encoded, rows = self._encode(features, [w.encoded for w in batch])
         undetected = [i for i, w in enumerate(batch) if w.language is None]
         if undetected:
-            detected = m.model.detect_language(encoded)
+            detected = fw.ctranslate2.detect_language(encoded)
             for i in undetected:
                 batch[i].language = likeliest(detected[i], batch[i].options.languages)
         tokenizers = [self._tokenizer(w.options.task, w.language or "en") for w in batch]
         prompts = [
-            m.get_prompt(tok, w.previous_tokens) for w, tok in zip(batch, tokenizers, strict=True)
+            fw.prompt(tok, w.previous_tokens) for w, tok in zip(batch, tokenizers, strict=True)
         ]
         chosen = self._generate(encoded, prompts, tokenizers, batch)
         for i, (w, attempt) in enumerate(zip(batch, chosen, strict=True)):
@@ -284,17 +287,8 @@ class Transcriber:
             if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob <= LOG_PROB_THRESHOLD:
                 splits.append(None)  # silence: nothing to say in these 30 s
                 continue
-            tpf = m.feature_extractor.time_per_frame
-            splits.append(
-                m._split_segments_by_timestamps(
-                    tokenizer=tok,
-                    tokens=result.sequences_ids[0],
-                    time_offset=w.seek * tpf,
-                    segment_size=n,
-                    segment_duration=n * tpf,
-                    seek=w.seek,
-                )
-            )
+            offset = w.seek * fw.time_per_frame
+            splits.append(fw.split_segments(tok, result.sequences_ids[0], offset, n, w.seek))
         if any(w.options.words for w in batch):
             self._add_words(batch, tokenizers, sizes, encoded, splits)
         if any(w.options.logprobs for w in batch):
@@ -339,10 +333,10 @@ class Transcriber:
         import ctranslate2
 
         if self.device != "cpu":
-            return self.model.encode(features), None
+            return self.internals.encode(features), None
         rows = np.concatenate(
             [
-                np.asarray(self.model.encode(f[None])) if k is None else k[None]
+                np.asarray(self.internals.encode(f[None])) if k is None else k[None]
                 for f, k in zip(features, kept, strict=True)
             ]
         )
@@ -356,7 +350,7 @@ class Transcriber:
         text looks wrong (too repetitive, or too improbable) gets None, to be decoded again
         at the next temperature, unless that was its last: then it keeps its most probable
         readable attempt (`choose`)."""
-        m = self.model
+        fw = self.internals
         temperature = batch[0].temperature
         if temperature > 0:
             sampling = {
@@ -367,25 +361,25 @@ class Transcriber:
             }
         else:
             sampling = {"beam_size": self.decoding.beam_size, "patience": 1}
-        outputs = m.model.generate(
+        outputs = fw.ctranslate2.generate(
             encoded,
             prompts,
             length_penalty=1,
             repetition_penalty=1,
             no_repeat_ngram_size=0,
-            max_length=m.max_length,
+            max_length=fw.max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=self._suppressed(),
-            max_initial_timestamp_index=round(MAX_INITIAL_TIMESTAMP / m.time_precision),
+            max_initial_timestamp_index=round(MAX_INITIAL_TIMESTAMP / fw.time_precision),
             **sampling,
         )
         chosen: list[Attempt | None] = []
         for w, tok, out in zip(batch, tokenizers, outputs, strict=True):
             tokens = out.sequences_ids[0]
             avg_logprob = out.scores[0] * len(tokens) / (len(tokens) + 1)
-            ratio = _compression_ratio(tok.decode(tokens).strip())
+            ratio = compat.compression_ratio(tok.decode(tokens).strip())
             w.attempts.append((out, avg_logprob, temperature, ratio))
             chosen.append(choose(w.attempts, w.options.temperatures))
         return chosen
@@ -400,10 +394,7 @@ class Transcriber:
     ) -> None:
         """Word timestamps: one alignment call for the whole batch, then faster-whisper's
         per-window heuristics (`add_word_timestamps`) on each window's share of it."""
-        from faster_whisper import WhisperModel
-        from faster_whisper.utils import get_end
-
-        m = self.model
+        fw = self.internals
         text_tokens = [
             [t for part in (s[0] if s else []) for t in part["tokens"] if t < tok.eot]
             for s, tok in zip(splits, tokenizers, strict=True)
@@ -419,27 +410,21 @@ class Transcriber:
                 for j, other in enumerate(tokenizers)
                 if other.sot_sequence == tok.sot_sequence and batch[j].options.words
             ]
-            aligned = m.find_alignment(tok, text_tokens, encoded, sizes)
+            aligned = fw.find_alignment(tok, text_tokens, encoded, sizes)
             for j in group:
                 alignments[j] = aligned[j]
         for i, (w, tok, split) in enumerate(zip(batch, tokenizers, splits, strict=True)):
             if i not in alignments or split is None or not split[0]:
                 continue
             parts, seek, single_timestamp_ending = split
-            WhisperModel.add_word_timestamps(
-                _Aligned(alignments[i], m.frames_per_second),
-                [parts],
-                tok,
-                encoded,
-                sizes[i],
-                PREPEND_PUNCTUATIONS,
-                APPEND_PUNCTUATIONS,
-                w.last_speech,
-            )
-            last_word_end = get_end(parts)
-            time_offset = w.seek * m.feature_extractor.time_per_frame
+            fw.add_word_timestamps(
+                alignments[i], parts, tok, encoded, sizes[i],
+                PREPEND_PUNCTUATIONS, APPEND_PUNCTUATIONS, w.last_speech,
+            )  # fmt: skip
+            last_word_end = compat.last_word_end(parts)
+            time_offset = w.seek * fw.time_per_frame
             if not single_timestamp_ending and last_word_end and last_word_end > time_offset:
-                seek = round(last_word_end * m.frames_per_second)
+                seek = round(last_word_end * fw.frames_per_second)
                 splits[i] = (parts, seek, single_timestamp_ending)
             if last_word_end is not None:
                 w.last_speech = last_word_end
@@ -469,7 +454,7 @@ class Transcriber:
                 if other.sot_sequence == tok.sot_sequence and batch[j].options.logprobs
                 and any(texts[j])
             ]  # fmt: skip
-            results = self.model.model.align(
+            results = self.internals.ctranslate2.align(
                 _rows(encoded, group),
                 tok.sot_sequence,
                 [[t for part in texts[j] for t in part] for j in group],
@@ -483,20 +468,14 @@ class Transcriber:
                     part["logprobs"] = [(t, math.log(max(next(probs), 1e-30))) for t in tokens]
 
     def _tokenizer(self, task: str, language: str) -> Any:
-        from faster_whisper.tokenizer import Tokenizer
-
         key = (task, language)
         if key not in self._tokenizers:
-            self._tokenizers[key] = Tokenizer(
-                self.model.hf_tokenizer, self.multilingual, task=task, language=language
-            )
+            self._tokenizers[key] = self.internals.tokenizer(task, language)
         return self._tokenizers[key]
 
     def _suppressed(self) -> list[int]:
         if self._suppress is None:
-            from faster_whisper.transcribe import get_suppressed_tokens
-
-            self._suppress = list(get_suppressed_tokens(self._tokenizer("transcribe", "en"), [-1]))
+            self._suppress = compat.suppressed_tokens(self._tokenizer("transcribe", "en"))
         return self._suppress
 
 
@@ -515,12 +494,6 @@ def _frames(w: Window) -> int:
     """Mel frames of the window's audio (faster-whisper's `content_frames`)."""
     assert w.features is not None
     return int(w.features.shape[-1]) - 1
-
-
-def _compression_ratio(text: str) -> float:
-    from faster_whisper.transcribe import get_compression_ratio
-
-    return float(get_compression_ratio(text))
 
 
 def choose(attempts: list[Attempt], temperatures: tuple[float, ...]) -> Attempt | None:
@@ -573,17 +546,6 @@ def _segment(
         no_speech_prob=float(result.no_speech_prob),
         words=words,
     )
-
-
-class _Aligned:
-    """Hands `WhisperModel.add_word_timestamps` one window's share of a batch alignment."""
-
-    def __init__(self, alignment: Any, frames_per_second: int) -> None:
-        self.alignment = alignment
-        self.frames_per_second = frames_per_second
-
-    def find_alignment(self, *_: Any) -> list[Any]:
-        return [self.alignment]
 
 
 def likeliest(detected: list[tuple[str, float]], allowed: tuple[str, ...]) -> str:
