@@ -1,7 +1,7 @@
 """Cluster add-ons of the test bed, run as pods on its real node: cluster DNS (CoreDNS) and
 KEDA, the event-driven autoscaler the operator's ScaledObjects need.
 
-Both are built here from Go modules (testbed.py) into images (images.py), like everything
+Both are built here from Go modules (the pinned tools, `toolchain/`) into images (images.py), like everything
 else; their manifests are applied with server-side apply under one field manager.
 
 - CoreDNS serves `cluster.local` from the API server (Services resolve in pods as on any
@@ -10,7 +10,7 @@ else; their manifests are applied with server-side apply under one field manager
   operator, the metrics API server and its APIService), with the test bed's images and
   smaller CPU requests for a 2-core node.
 
-Only the standard library is used (like testbed.py).
+Only the standard library is used (like the rest of the test bed's start-up code).
 """
 
 from __future__ import annotations

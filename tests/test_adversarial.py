@@ -1,8 +1,8 @@
 """Hostile clients against the real frontend process (`transcription-frontend`, as the pod
-runs it: uvicorn, httptools, the guards of limits.py) in front of a stand-in vLLM worker.
+runs it: uvicorn, httptools, the guards of transcription_frontend/limits.py) in front of a stand-in vLLM worker.
 One test per item of issue 25, each asserting the error and then that a good request is
 still served. Limits are set low here so that each test takes about a second; their
-defaults are in limits.py and docs/security.md. The memory ceiling under 100 hostile
+defaults are in transcription_frontend/limits.py and docs/security.md. The memory ceiling under 100 hostile
 connections is a benchmark (`python -m bench hostile`), not a timed test."""
 
 from __future__ import annotations

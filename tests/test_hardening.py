@@ -309,7 +309,7 @@ def test_the_load_report_is_off_the_public_port_and_peers_read_it_there(
 
 def test_a_key_problem_is_told_once_per_new_problem(tmp_path: Path) -> None:
     """The frontend posts a Warning Event about its pod for each new key problem
-    (events.py), not one per probe."""
+    (transcription_frontend/events.py), not one per probe."""
     from transcription_frontend.auth import ApiKeys
 
     told: list[str] = []

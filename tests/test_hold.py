@@ -1,4 +1,5 @@
-"""Held requests (hold.py) and what wakes them (routing.py), without HTTP."""
+"""Held requests (transcription_frontend/hold.py) and what wakes them (transcription_frontend/routing.py),
+without HTTP."""
 
 from __future__ import annotations
 

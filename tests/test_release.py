@@ -203,7 +203,7 @@ def test_stamped_generated_files_are_what_their_generators_write(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """install.yaml and the chart README are stamped as text: stamping them must give
-    exactly what helm and render_readme.py write from the stamped chart."""
+    exactly what helm and charts/render_readme.py write from the stamped chart."""
     built(toolchain.HELM, "helm")
     chart_dir = repo / version.CHART
     monkeypatch.setattr(render_readme, "VALUES", chart_dir / "values.yaml")

@@ -38,7 +38,7 @@ class Upload:
     filename: str = "audio"
     file_content_type: str = "application/octet-stream"
     size: int = 0
-    in_memory = False  # a held upload is spooled to disk (gateway's hold.py)
+    in_memory = False  # an upload the gateway holds is spooled to disk
 
     def get(self, name: str) -> str | None:
         for k, v in self.fields:

@@ -21,9 +21,9 @@ CACHE_DIR = "/var/cache/models"
 WEIGHTS_DIR = "/weights"
 
 # The frontend marks the requests it sends a worker on its own behalf as background work
-# (long audio's chunks: fanout.py) with this header; everything else -- every request a
+# (long audio's chunks) with this header; everything else -- every request a
 # client sent, and realtime turns -- goes without it and is interactive. A faster-whisper
-# worker batches interactive windows first (batcher.py). The frontend never forwards a
+# worker batches interactive windows first. The frontend never forwards a
 # client's own headers, so a client cannot mark itself (nor anyone else) background.
 PRIORITY_HEADER = "x-transcription-priority"
 BACKGROUND = "background"

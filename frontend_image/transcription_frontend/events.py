@@ -5,7 +5,7 @@ A readiness probe that fails says only its status code ("HTTP probe failed with 
 503"), not why. When the gateway cannot serve for a reason of its own (an API key file that
 is missing, unreadable or empty: auth.py), it says so in a Warning Event about its pod, as
 the kubelet and the scheduler do for theirs; the operator reads Warning Events of its pods
-(diagnose.py) and names the reason, `APIKeysUnavailable`, in the resource's conditions.
+(its diagnosis of pods) and names the reason, `APIKeysUnavailable`, in the resource's conditions.
 
 The pod is named by the downward API (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`); without them
 (a local run) nothing is posted.

