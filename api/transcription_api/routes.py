@@ -1,12 +1,14 @@
 """The route table: what the operator tells the frontend, in one model for writer and reader.
 
 The operator writes it as `routes.json` in a ConfigMap mounted into the frontend; for local
-runs the same file lists static endpoints per pool.
+runs the same file lists static endpoints per pool. A deployment's own frontend reads one
+deployment's `RouteTable`; a TranscriptionGateway's frontend reads `Routes`, the tables of
+every deployment it routes to (the frontend accepts either file).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .capabilities import Capability, Engine, Mode, ModelFamily
 from .engines import EnginePool
@@ -71,6 +73,11 @@ class RouteTable(BaseModel):
     namespace: str = Field(default="default", description="Namespace of the pool Services.")
     pools: list[PoolRoute] = Field(default_factory=list, description="Pools in routing order.")
     max_upload_bytes: int = Field(default=26_214_400, description="Upload limit of the frontend.")
+    deployment: str | None = Field(
+        default=None,
+        description="`<namespace>/<name>` of the TranscriptionDeployment the table is of "
+        "(`owned_by` in /v1/models); None in a deployment's own frontend.",
+    )
 
     @property
     def served_names(self) -> list[str]:
@@ -81,6 +88,48 @@ class RouteTable(BaseModel):
         if not name or name in self.served_names:
             return self.model
         return None
+
+    def dumps(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+class RefusedDeployment(BaseModel):
+    """A deployment a gateway selected but does not route to, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment: str = Field(description="`<namespace>/<name>` of the TranscriptionDeployment.")
+    names: list[str] = Field(default_factory=list, description="The names it claims.")
+    reason: str = Field(description="CamelCase reason: NameConflict, NotPermitted, InvalidSpec.")
+    message: str = Field(description="Why, naming the other resource where there is one.")
+
+
+class Routes(BaseModel):
+    """What a TranscriptionGateway's frontend serves: the route tables of every deployment it
+    routes to, each model name (primary or alias) claimed by one of them only. Pool names are
+    unique across the tables (the operator qualifies them with their deployment)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployments: list[RouteTable] = Field(
+        default_factory=list, description="One table per routed deployment."
+    )
+    refused: list[RefusedDeployment] = Field(
+        default_factory=list,
+        description="Deployments selected but not routed, so that a request for one of their "
+        "names can say why.",
+    )
+    max_upload_bytes: int = Field(default=26_214_400, description="Upload limit of the frontend.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Routes:
+        pools = [p.name for t in self.deployments for p in t.pools]
+        if len(pools) != len(set(pools)):
+            raise ValueError(f"pool names must be unique across deployments: {sorted(pools)}")
+        names = [n for t in self.deployments for n in t.served_names]
+        if len(names) != len(set(names)):
+            raise ValueError(f"a model name is claimed twice: {sorted(names)}")
+        return self
 
     def dumps(self) -> str:
         return self.model_dump_json(indent=2)
