@@ -96,10 +96,11 @@ class CapabilitySet(BaseModel):
         description="response_format values the engine renders itself; the frontend renders "
         "the others (text from the transcript, srt/vtt/json from segments)."
     )
-    scale_target: float = Field(
-        default=8,
+    audio_seconds_per_replica: float = Field(
+        default=20,
         gt=0,
-        description="Default autoscaling target: requests in flight plus queued per replica.",
+        description="Seconds of audio one replica decodes per second, that autoscaling "
+        "assumes until the frontend has measured it (`autoscaling.audioSecondsPerReplica`).",
     )
 
     def missing(self, needs: frozenset[Capability]) -> frozenset[Capability]:

@@ -38,6 +38,9 @@ SETTINGS_ENV = "TRANSCRIPTION_FRONTEND_SETTINGS"
 FRONTEND_PORT = 8080  # the client-facing port
 SCALER_PORT = 9090  # KEDA's external scaler (gRPC)
 INTERNAL_PORT = 9091  # /internal/load, for the frontend's peers (off the public port)
+# Autoscaling: seconds one replica would take to decode the audio queued and in flight for
+# it, that the autoscaler aims at (`autoscaling.targetQueueSeconds`; docs/operations/scaling.md).
+TARGET_QUEUE_SECONDS = 10.0
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 

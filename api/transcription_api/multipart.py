@@ -11,7 +11,7 @@ read their forms here (python-multipart comes with their extras).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -27,6 +27,9 @@ SPOOL_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs more
 MAX_FIELDS = 64
 MAX_BOUNDARY_BYTES = 200  # RFC 2046: at most 70; python-multipart's own cap is 256
+# The file's first bytes `parse_upload` hands `on_file_head` while the rest still streams:
+# what the gateway's audio header readers read (its audio length, for autoscaling).
+FILE_HEAD = 64 * 1024
 
 
 @dataclass
@@ -107,14 +110,28 @@ def check_length(content_length: str | None, limit: int) -> None:
 
 
 async def parse_upload(
-    stream: AsyncIterator[bytes], content_type: str | None, limit: int
-) -> Upload:
-    """Parse a multipart body from `stream`; raise APIError (400/413) on bad input."""
+    stream: AsyncIterator[bytes], content_type: str | None, limit: int,
+    on_file_head: Callable[[bytes], None] | None = None,
+) -> Upload:  # fmt: skip
+    """Parse a multipart body from `stream`; raise APIError (400/413) on bad input.
+    `on_file_head(head)` is called once with the file's first FILE_HEAD bytes as soon as
+    they have arrived (the whole file, when it is shorter)."""
     upload = Upload()
     part: _Part | None = None
     header_field = bytearray()
     header_value = bytearray()
     errors: list[APIError] = []
+    head = bytearray()
+
+    def file_head(data: bytes, end: bool = False) -> None:
+        nonlocal on_file_head
+        if on_file_head is None:
+            return
+        head.extend(data[: FILE_HEAD - len(head)])
+        if end or len(head) >= FILE_HEAD:
+            call = on_file_head
+            on_file_head = None
+            call(bytes(head))
 
     def on_part_begin() -> None:
         nonlocal part
@@ -156,7 +173,9 @@ async def parse_upload(
             if upload.size > limit:
                 errors.append(too_large(limit))
                 return
-            upload.file.write(data[start:end])
+            chunk = data[start:end]
+            upload.file.write(chunk)
+            file_head(chunk)
         elif part.name != "file":
             if part.size > MAX_FIELD_BYTES:
                 if not errors:
@@ -171,6 +190,8 @@ async def parse_upload(
 
     def on_part_end() -> None:
         assert part is not None
+        if part.name == "file" and not errors:
+            file_head(b"", end=True)
         if part.name != "file":
             if len(upload.fields) >= MAX_FIELDS:
                 errors.append(bad_request(f"more than {MAX_FIELDS} form fields"))

@@ -36,7 +36,7 @@ from .adapters import CHAT_PATH, able, adapter
 from .forward import JsonBody
 from .gateway import Gateway
 from .pipeline import Exchange, choose_pools, resolve_model, run
-from .sniff import AudioInfo, probe
+from .sniff import AudioInfo, audio_seconds, probe
 
 PATH = CHAT_PATH
 
@@ -62,6 +62,7 @@ async def _pipeline(ex: Exchange) -> None:
     request, body = parse_chat(raw)
     ex.obs.model = primary = resolve_model(table, request.model, key)
     audio = []
+    seconds = 0.0  # of all its audio parts, for autoscaling
     for i, j, part in request.audio_parts():
         param = f"messages[{i}].content[{j}].input_audio"
         info = sniff(part, param)
@@ -69,12 +70,14 @@ async def _pipeline(ex: Exchange) -> None:
         # trusts `format` (transformers picks its decoder from it).
         body["messages"][i]["content"][j]["input_audio"]["format"] = info.container
         audio.append((param, info))
+        seconds += audio_seconds(info, len(part.data) * 3 // 4)  # base64: 4 characters, 3 bytes
     needs = request_needs(Capability.CHAT, stream=request.stream)
     traced = {"transcription.needs": sorted(c.value for c in needs)}
     with ex.gw.tracer.span("route", traced) as span:
         pools = choose_pools(ex.gw.router, needs, len(raw))
         adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
         span.set("transcription.pools", [a.pool.name for a in adapters])
+    ex.ticket.count(seconds, pools[0].name)
     await ex.forward(
         adapters,
         lambda a: a.chat_request(body, primary),

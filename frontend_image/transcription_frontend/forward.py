@@ -19,6 +19,8 @@ worker has a timeout (`WorkerTimeouts`); a worker that sends nothing for that lo
 no second try (it may still be working on it) and the client gets 504. The gateway's own
 background work (long audio's chunks) says so to the worker in `PRIORITY_HEADER`; a
 client's headers are never passed on, so a client's request is always interactive.
+The request's audio counts for autoscaling as queued while it is held, then in flight at
+the worker that has it, whose decode rate its answer measures (work.py).
 
 The hop to the worker uses aiohttp's client: measured here, it costs 0.5 ms of CPU per
 request against httpx's 1.6 ms, which is most of the gateway's latency budget (the
@@ -46,6 +48,7 @@ from . import metrics
 from .hold import Holdable, Holds
 from .routing import Router
 from .tracing import Tracer
+from .work import Ticket, Work
 
 log = logging.getLogger("transcription_frontend.forward")
 
@@ -216,18 +219,19 @@ RequestFor = Callable[[PoolRoute], tuple[str, Body]]
 
 class Forwarder:
     def __init__(
-        self, router: Router, client: aiohttp.ClientSession, holds: Holds,
+        self, router: Router, client: aiohttp.ClientSession, holds: Holds, work: Work,
         tracer: Tracer | None = None,
     ) -> None:  # fmt: skip
         self.router = router
         self.client = client
         self.holds = holds
+        self.work = work
         self.tracer = tracer or Tracer()
 
     @asynccontextmanager
     async def send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
-        request_id: str, stream: bool = False, background: bool = False,
+        request_id: str, ticket: Ticket, stream: bool = False, background: bool = False,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
         failure, holding `held` -- the upload, or the request's body -- while there is
@@ -235,9 +239,10 @@ class Forwarder:
         that pool's engine. Traced as `forward` (until the answer has been sent), with a
         `worker` span per attempt and a `hold` span while held. `background`: the request
         is the gateway's own background work (a long request's chunk), and says so to the
-        worker (`PRIORITY_HEADER`)."""
+        worker (`PRIORITY_HEADER`). `ticket`: the request's audio, for autoscaling."""
         with self.tracer.span("forward", {"transcription.pools": [p.name for p in pools]}) as span:
-            answer = await self._send(pools, request_for, held, request_id, stream, background)
+            answer = await self._send(pools, request_for, held, request_id, ticket, stream,
+                                      background)  # fmt: skip
             span.set("transcription.pool", answer.pool.name)
             span.set("transcription.engine", answer.pool.engine.value)
             span.set("transcription.worker", answer.url)
@@ -248,9 +253,9 @@ class Forwarder:
                 # A fully read answer's connection is kept alive; a half-read one (the client
                 # left, the stream failed) is closed, which stops the worker's work on it.
                 answer.response.release()
-                self.router.release(answer.url, answer.pool.name)
-                if answer.spilled_from:
-                    self.router.spill(answer.spilled_from, -1)
+                self._leave(answer.pool, answer.url, answer.spilled_from, ticket,
+                            answered=answer.status == 200)  # fmt: skip
+                ticket.close()
 
     def _pick(self, pools: list[PoolRoute], tried: set[str]) -> tuple[PoolRoute, str] | None:
         for pool in pools:
@@ -261,7 +266,7 @@ class Forwarder:
 
     async def _send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
-        request_id: str, stream: bool, background: bool = False,
+        request_id: str, ticket: Ticket, stream: bool, background: bool = False,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
         last_error = "no ready worker"
@@ -275,6 +280,7 @@ class Forwarder:
                     break
                 # No endpoint left to try: hold until discovery changes one of the pools.
                 deadline = deadline or self.holds.deadline()
+                ticket.queued(pools[0].name)
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
                     await self.holds.wait(pools, held, deadline)
                 tried.clear()
@@ -291,8 +297,8 @@ class Forwarder:
                     "transcription.worker": url, "transcription.attempt": attempts,
                     "http.request.method": "POST", "url.full": url + path,
                 }, client=True) as span:  # fmt: skip
-                    answer = await self._attempt(pool, url, path, body, request_id, stream,
-                                                 pools[0].name, background)  # fmt: skip
+                    answer = await self._attempt(pool, url, path, body, request_id, ticket,
+                                                 stream, pools[0].name, background)  # fmt: skip
                     span.set("http.response.status_code", answer.status if answer else 503)
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
@@ -316,8 +322,8 @@ class Forwarder:
         raise unavailable(f"no worker could take the request (pools: {names}): {last_error}")
 
     async def _attempt(
-        self, pool: PoolRoute, url: str, path: str, body: Body, request_id: str, stream: bool,
-        preferred: str, background: bool = False,
+        self, pool: PoolRoute, url: str, path: str, body: Body, request_id: str, ticket: Ticket,
+        stream: bool, preferred: str, background: bool = False,
     ) -> WorkerAnswer | None:  # fmt: skip
         """One try: the answer, once what must arrive before the client sees a byte has
         arrived; None for a 503. The endpoint counts the request in flight meanwhile, and
@@ -335,6 +341,7 @@ class Forwarder:
         self.router.acquire(url, pool.name)
         if spilled:
             self.router.spill(spilled, 1)
+        self.work.started(ticket, pool.name, url, spilled)
         response = None
         try:
             response = await self.client.post(url + path, data=body.payload(), headers=headers)
@@ -350,12 +357,20 @@ class Forwarder:
         except BaseException as e:
             if response is not None:
                 response.close()
-            self.router.release(url, pool.name)
-            if spilled:
-                self.router.spill(spilled, -1)
+            self._leave(pool, url, spilled, ticket, answered=False)
             if isinstance(e, _Overloaded):
                 return None
             raise
+
+    def _leave(
+        self, pool: PoolRoute, url: str, spilled: str | None, ticket: Ticket, answered: bool
+    ) -> None:
+        """The request is no longer at `url`: the endpoint's and the pools' counts, and the
+        ticket's (its audio decoded if `answered`)."""
+        self.router.release(url, pool.name)
+        if spilled:
+            self.router.spill(spilled, -1)
+        self.work.ended(ticket, url, answered)
 
 
 class _Overloaded(Exception):

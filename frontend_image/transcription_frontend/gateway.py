@@ -1,6 +1,6 @@
-"""The gateway's state: its settings, the router, the held requests, the API keys, the
-worker client, and what keeps the route table, the endpoints and the peers current while
-it runs."""
+"""The gateway's state: its settings, the router, the held requests, the audio counted for
+autoscaling, the API keys, the worker client, and what keeps the route table, the
+endpoints and the peers current while it runs."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
 from .tracing import Tracer
+from .work import Work
 
 log = logging.getLogger("transcription_frontend")
 
@@ -48,14 +49,15 @@ class Gateway:
         self.keys = ApiKeys(s.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why))
         self.holds = Holds(self.router, s.hold)
         self.sessions = Sessions(s.limits)  # realtime (realtime/)
-        self.load = Load(self.router, self.holds, self.sessions, s.internal_port)
+        self.work = Work()  # audio-seconds, for autoscaling
+        self.load = Load(self.router, self.holds, self.sessions, self.work, s.internal_port)
         self.slices = SliceIndex(self.router, s.peers_service, self.load.peers.set_urls)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def forwarder(self) -> Forwarder:
         assert self.client is not None, "the gateway is not running"
-        return Forwarder(self.router, self.client, self.holds, self.tracer)
+        return Forwarder(self.router, self.client, self.holds, self.work, self.tracer)
 
     def apply_slice(self, event: str, slice_: dict[str, Any]) -> None:
         """An EndpointSlice event from any thread (the watch, a test), applied on the loop."""

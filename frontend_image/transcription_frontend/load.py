@@ -1,17 +1,21 @@
-"""The load each pool is scaled on: requests in flight at its workers plus requests held
-for it, summed over every frontend replica.
+"""The load each pool is scaled on, summed over every frontend replica: its work in
+seconds of one replica's decoding (`work_seconds`): the audio arriving, queued and in
+flight for it (work.py), over the rate its workers decode at. The requests behind it
+(in flight at its workers, held for it) say whether it is active at all.
 
 KEDA's gRPC connection reaches one replica through the frontend Service, so each replica
 answers with the total: its own load, always fresh, plus what its peers (the other
 endpoints of its Service, from discovery) report at `GET /internal/load`:
 
     {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1, "spilled": 0,
-                                                 "sessions": 1}}}
+        "sessions": 1, "audio": {"arriving": 3.1, "queued": 12.0, "in_flight": 20.5,
+        "spilled": 0.0}, "decoding": {"decoded": 512.0, "busy": 81.2, "window": 119.5}}}}
 
 `spilled` counts requests in flight at a fallback pool because this pool, which they
 prefer, had no ready worker: without it, a continuous pool at zero whose traffic a
 sequential pool can also serve would never be woken. `sessions` counts the realtime
-sessions open whose turns go to the pool (realtime/sessions.py): one each.
+sessions open whose turns go to the pool (realtime/sessions.py): one each. `decoding` is
+the replica's measurement of the pool's decode rate (work.py).
 
 Peers' reports are fetched together, each within `PEER_TIMEOUT`, and reused for
 `CACHE_SECONDS`; a peer that does not answer is left out until it does (the total
@@ -37,11 +41,27 @@ from . import metrics
 from .hold import Holds
 from .realtime.sessions import Sessions
 from .routing import Router
+from .work import DecodeSample, Work, decode_rate
 
 log = logging.getLogger("transcription_frontend.load")
 PATH = "/internal/load"
 CACHE_SECONDS = 1.0
 PEER_TIMEOUT = 0.5
+
+
+class AudioLoad(BaseModel):
+    """Audio seconds counted for one pool on one frontend replica, by stage (work.py)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    arriving: float = Field(default=0.0, ge=0, description="Uploading, parsing, being cut.")
+    queued: float = Field(default=0.0, ge=0, description="Held; long audio's chunks waiting.")
+    in_flight: float = Field(default=0.0, ge=0, description="At a worker of the pool.")
+    spilled: float = Field(default=0.0, ge=0, description="At a fallback pool in this one's place.")
+
+    @property
+    def total(self) -> float:
+        return self.arriving + self.queued + self.in_flight + self.spilled
 
 
 class PoolLoad(BaseModel):
@@ -58,6 +78,13 @@ class PoolLoad(BaseModel):
 
     sessions: int = Field(
         default=0, ge=0, description="Realtime sessions open whose turns go to this pool."
+    )
+
+    audio: AudioLoad = Field(
+        default_factory=AudioLoad, description="Audio seconds counted for the pool."
+    )
+    decoding: DecodeSample = Field(
+        default_factory=DecodeSample, description="The pool's decode rate, as measured here."
     )
 
     @property
@@ -77,6 +104,26 @@ class LoadReport(BaseModel):
 def total(reports: Iterable[LoadReport], pool: str) -> int:
     """In flight plus held (plus spilled) for `pool`, over the reports of distinct replicas."""
     return sum(r.pools[pool].total for r in reports if pool in r.pools)
+
+
+def active(reports: list[LoadReport], pool: str) -> bool:
+    """Whether anything waits for `pool` or is at its workers: a request, an upload whose
+    audio it will get, an open realtime session."""
+    return total(reports, pool) > 0 or any(
+        r.pools[pool].audio.total > 0 for r in reports if pool in r.pools
+    )
+
+
+def work_seconds(
+    reports: list[LoadReport], pool: str, target_queue_seconds: float, default_rate: float
+) -> float:
+    """The pool's work, in seconds of one replica's decoding: the audio counted for it on
+    every replica, plus `target_queue_seconds` of audio for each open realtime session (one
+    brings at most a second of audio a second: what it can bring while the pool drains its
+    queue), over the decode rate measured on every replica (`default_rate` until then)."""
+    mine = [r.pools[pool] for r in reports if pool in r.pools]
+    audio = sum(p.audio.total + p.sessions * target_queue_seconds for p in mine)
+    return audio / decode_rate([p.decoding for p in mine], default_rate)
 
 
 class Peers:
@@ -131,15 +178,18 @@ class Load:
     """This replica's load, the total over all replicas, and a signal for new demand."""
 
     def __init__(
-        self, router: Router, holds: Holds, sessions: Sessions, internal_port: int | None = None
-    ) -> None:
+        self, router: Router, holds: Holds, sessions: Sessions, work: Work,
+        internal_port: int | None = None,
+    ) -> None:  # fmt: skip
         self.router = router
         self.holds = holds
         self.sessions = sessions
+        self.work = work
         self.peers = Peers(uuid.uuid4().hex, internal_port)
         self._subscribers: set[asyncio.Event] = set()
         holds.on_hold(self._demand)
         sessions.on_demand = self._demand
+        work.on_demand = self._demand
 
     def local(self) -> LoadReport:
         return LoadReport(
@@ -150,18 +200,26 @@ class Load:
                     held=self.holds.held(p.name),
                     spilled=self.router.pool_spilled(p.name),
                     sessions=self.sessions.count(p.name),
+                    audio=self.audio(p.name),
+                    decoding=self.work.sample(p.name),
                 )
                 for p in self.router.table.pools
             },
         )
 
-    async def total(self, pool: str) -> int:
-        return total([self.local(), *await self.peers.reports()], pool)
+    def audio(self, pool: str) -> AudioLoad:
+        return AudioLoad(
+            **{stage: self.work.seconds(pool, stage) for stage in AudioLoad.model_fields}
+        )
+
+    async def reports(self) -> list[LoadReport]:
+        """This replica's report and its peers'."""
+        return [self.local(), *await self.peers.reports()]
 
     @contextmanager
     def demand(self) -> Iterator[asyncio.Event]:
-        """An event set whenever a request starts being held here, or a realtime session
-        starts using a pool (clear it, then read
+        """An event set whenever a request starts being held here or its audio starts
+        counting for a pool, or a realtime session starts using a pool (clear it, then read
         the load, then wait on it: no new demand is missed in between)."""
         event = asyncio.Event()
         self._subscribers.add(event)

@@ -72,6 +72,19 @@ SPILLED = Gauge(
     "ready worker (e.g. a continuous pool at zero): they count as its load for autoscaling.",
     ["pool"],
 )
+BACKLOG = Gauge(
+    "transcription_frontend_backlog_audio_seconds",
+    "Seconds of audio this replica counts for the pool, which autoscaling scales on, by stage: "
+    "arriving (uploading, parsing, being cut), queued (held; long audio's chunks waiting), "
+    "in_flight (at a worker), spilled (in flight at a fallback pool in this one's place).",
+    ["pool", "stage"],
+)
+DECODE_RATE = Gauge(
+    "transcription_frontend_decode_rate",
+    "Seconds of audio one worker of the pool decodes per second while busy, as this replica "
+    "measures it on its answers (exponentially weighted, 120 s time constant).",
+    ["pool"],
+)
 HELD_BYTES = Gauge(
     "transcription_frontend_held_bytes",
     "Bytes of the uploads held, all pools together (spooled to disk).",

@@ -22,7 +22,9 @@
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
 response has been sent, and inside a watch that cancels both if the client disconnects
 (`Exchange.forward`). One `Observation` records the request's metrics once, when it has
-ended (`run`). The chat endpoint's pipeline (`chat.py`) runs in both too.
+ended (`run`), and one `Ticket` counts its audio for autoscaling from the moment its length
+is known, while the upload still arrives (work.py). The chat endpoint's pipeline (`chat.py`)
+runs in both too.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ from .metrics import Observation
 from .request_id import request_id
 from .respond import Reply
 from .routing import NoPool, Router
-from .sniff import check_audio
+from .sniff import audio_seconds, check_audio
 from .streams import EventStream
 from .subrequest import background
+from .work import Ticket
 
 
 async def transcribe(
@@ -67,8 +70,8 @@ async def transcribe(
 @dataclass
 class Exchange:
     """One request as its pipeline sees it: the gateway, the client's connection (`send`
-    tracked: `answered` says whether the response has been sent whole) and the request's
-    Observation."""
+    tracked: `answered` says whether the response has been sent whole), the request's
+    Observation and its audio's Ticket."""
 
     gw: Gateway
     scope: Scope
@@ -76,6 +79,7 @@ class Exchange:
     send: Send
     answered: Callable[[], bool]
     obs: Observation
+    ticket: Ticket
 
     async def forward(
         self, adapters: list[Adapter], request_for: Callable[[Adapter], tuple[str, Body]],
@@ -93,11 +97,10 @@ class Exchange:
             return requests[pool.name]
 
         pools = [a.pool for a in adapters]
+        rid, bg = request_id(self.scope), background(self.scope)
         async with (
             cancel_on_disconnect(self.receive, self.answered),
-            self.gw.forwarder.send(
-                pools, request, held, request_id(self.scope), stream, background(self.scope)
-            ) as answer,
+            self.gw.forwarder.send(pools, request, held, rid, self.ticket, stream, bg) as answer,
         ):
             self.obs.pool = answer.pool.name
             reply = await reply_to(by_pool[answer.pool.name], answer)
@@ -116,6 +119,7 @@ async def run(
     """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics;
     trace it (one span, the parent of each step's: tracing.py)."""
     obs = Observation(endpoint)
+    ticket = gw.work.ticket()
     started = answered = False
 
     async def send_tracked(message: Message) -> None:
@@ -130,7 +134,8 @@ async def run(
     with gw.tracer.request(f"POST {path}", scope["headers"], attributes) as span:
         try:
             try:
-                await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs))
+                await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs,
+                                    ticket))  # fmt: skip
             except APIError as e:
                 error = e
             except Exception as e:
@@ -144,6 +149,7 @@ async def run(
                 await Reply.error(error).send(send)
         finally:
             obs.done()
+            ticket.close()
             span.set("http.response.status_code", obs.status)
             span.set("transcription.model", obs.model)
             span.set("transcription.pool", obs.pool)
@@ -157,11 +163,13 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     table = ex.gw.router.table
     limit = table.max_upload_bytes
     tracer = ex.gw.tracer
+    length = headers.get("content-length")
+    likely = first_pool(ex.gw.router, frozenset({endpoint}))  # counts its audio until routed
     with tracer.span("receive") as span:
-        check_length(headers.get("content-length"), limit)
-        upload = await parse_upload(
-            Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit
-        )
+        check_length(length, limit)
+        upload = await parse_upload(Request(ex.scope, ex.receive).stream(),
+                                    headers.get("content-type"), limit,
+                                    ex.ticket.on_file_head(likely, length))  # fmt: skip
         span.set("transcription.upload.bytes", upload.size)
     with closing(upload):
         ex.obs.upload(upload.size)
@@ -169,6 +177,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             request = parse_request(upload.fields)
             ex.obs.model = primary = resolve_model(table, request.model, key)
             audio = check_audio(upload)
+            ex.ticket.count(audio_seconds(audio, upload.size), likely)
             span.set("transcription.model", primary)
             span.set("transcription.audio.container", audio.container)
             span.set("transcription.audio.seconds", audio.seconds)
@@ -191,7 +200,8 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             ex.obs.pool = "chunked"
             async with cancel_on_disconnect(ex.receive, ex.answered):
                 reply = await transcribe_long(transcribe, ex.gw, endpoint, ex.scope, upload,
-                                              request, strategy, needs, primary)  # fmt: skip
+                                              request, strategy, needs, primary,
+                                              ex.ticket)  # fmt: skip
                 ex.obs.status = reply.status
                 await reply.send(ex.send)
             ex.obs.audio_seconds = reply.seconds
@@ -222,6 +232,12 @@ def resolve_model(table: RouteTable, name: str | None, key: Key | None = None) -
         )
     check_scope(key, primary, {n: table.resolve(n) or n for n in table.served_names})
     return primary
+
+
+def first_pool(router: Router, needs: frozenset[Capability]) -> str | None:
+    """The pool a request with these needs goes to first, if any."""
+    pools = router.candidates(needs, 0)
+    return None if isinstance(pools, NoPool) else pools[0].name
 
 
 def choose_pools(router: Router, needs: frozenset[Capability], size: int) -> list[PoolRoute]:

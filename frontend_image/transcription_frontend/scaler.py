@@ -3,20 +3,27 @@
 A ScaledObject per pool points its `external-push` trigger at the frontend Service
 (`scalerAddress: <service>.<namespace>:9090`), with this metadata:
 
-    pool    the pool's name, as in the route table
-    target  requests (in flight + held) per replica the pool should run at: a number > 0
+    pool                    the pool's name, as in the route table
+    targetQueueSeconds      seconds of work per replica the pool should run at (> 0;
+                            default TARGET_QUEUE_SECONDS)
+    audioSecondsPerReplica  audio seconds one replica decodes per second until measured
+                            (> 0; default: the pool's engine's, by mode)
 
-- GetMetricSpec: one metric, `pool-<pool>`, whose target is `target`.
-- GetMetrics: its value, the pool's requests in flight plus held (plus those it would
-  have served first, spilled to a fallback pool while it had no worker), summed over
-  every frontend replica (`load.py`).
-- IsActive: that value > 0.
-- StreamIsActive: the same, pushed: at once when a request starts being held here (so a
-  pool at zero is woken without waiting for KEDA's polling interval), whenever it changes
-  (looked at every `TICK_SECONDS`, peers included), and again every `RESEND_SECONDS`.
+- GetMetricSpec: one metric, `pool-<pool>`, whose target is `targetQueueSeconds`.
+- GetMetrics: its value, the pool's work in seconds of one replica's decoding: the audio
+  arriving, queued and in flight for it (spilled included), over its decode rate, on every
+  frontend replica (`load.work_seconds`). KEDA's target is fixed when it reads the spec,
+  so the measured rate divides the value: value / target = audio / (rate x target), the
+  replicas that drain the pool's audio in `targetQueueSeconds`.
+- IsActive: anything waits for the pool or is at its workers (`load.active`).
+- StreamIsActive: the same, pushed: at once when a request starts being held here or its
+  upload starts counting for the pool (so a pool at zero is woken without waiting for
+  KEDA's polling interval), whenever it changes (looked at every `TICK_SECONDS`, peers
+  included), and again every `RESEND_SECONDS`.
 
-Metadata without a `pool` or with a bad `target` is INVALID_ARGUMENT; a pool the route
-table does not name (yet), NOT_FOUND. The messages are generated from
+Metadata without a `pool` or with a bad number is INVALID_ARGUMENT; a pool the route
+table does not name (yet), NOT_FOUND. Other keys (an earlier release's `target`) are
+ignored. The messages are generated from
 `externalscaler/externalscaler.proto`; the handlers are registered by the service's
 method names, checked against the proto when the server starts.
 """
@@ -28,13 +35,15 @@ import logging
 import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import grpc
 
+from transcription_api.frontend import TARGET_QUEUE_SECONDS
+
 from .externalscaler import externalscaler_pb2 as pb
-from .load import Load
+from .load import Load, active, work_seconds
 from .routing import Router
 
 log = logging.getLogger("transcription_frontend.scaler")
@@ -49,7 +58,8 @@ class Trigger:
     """What one ScaledObject's trigger asks about."""
 
     pool: str
-    target: float
+    target_queue_seconds: float = TARGET_QUEUE_SECONDS
+    audio_seconds_per_replica: float | None = None  # None: the pool's engine's
 
     @property
     def metric(self) -> str:
@@ -61,16 +71,23 @@ def parse_trigger(metadata: Mapping[str, str]) -> Trigger:
     pool = metadata.get("pool", "").strip()
     if not pool:
         raise ValueError("the trigger's metadata has no `pool`: set it to the pool's name")
-    raw = metadata.get("target", "")
+    target = _positive(metadata, "targetQueueSeconds", "seconds of work per replica")
+    rate = _positive(metadata, "audioSecondsPerReplica", "audio seconds a replica decodes a second")
+    return Trigger(pool, target or TARGET_QUEUE_SECONDS, rate)
+
+
+def _positive(metadata: Mapping[str, str], key: str, what: str) -> float | None:
+    """The number under `key` (None: absent); ValueError unless it is > 0."""
+    raw = metadata.get(key)
+    if raw is None:
+        return None
     try:
-        target = float(raw)
+        value = float(raw)
     except ValueError:
-        target = math.nan
-    if not (math.isfinite(target) and target > 0):
-        raise ValueError(
-            f"the trigger's `target` must be a number > 0 (requests per replica), got {raw!r}"
-        )
-    return Trigger(pool, target)
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"the trigger's `{key}` must be a number > 0 ({what}), got {raw!r}")
+    return value
 
 
 class ExternalScaler:
@@ -79,11 +96,12 @@ class ExternalScaler:
         self.router = router
 
     async def _trigger(self, ref: pb.ScaledObjectRef, context: Context) -> Trigger:
+        """The trigger, its rate defaulted to the pool's engine's."""
         try:
             trigger = parse_trigger(ref.scalerMetadata)
         except ValueError as e:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{_who(ref)}: {e}")
-        pools = [p.name for p in self.router.table.pools]
+        pools = {p.name: p for p in self.router.table.pools}
         if trigger.pool not in pools:
             await _abort(
                 context,
@@ -91,11 +109,17 @@ class ExternalScaler:
                 f"{_who(ref)}: pool {trigger.pool!r} is not in the frontend's route table "
                 f"(pools: {', '.join(pools) or 'none'})",
             )
+        if trigger.audio_seconds_per_replica is None:
+            rate = pools[trigger.pool].capability_set.audio_seconds_per_replica
+            trigger = replace(trigger, audio_seconds_per_replica=rate)
         return trigger
+
+    async def _active(self, pool: str) -> bool:
+        return active(await self.load.reports(), pool)
 
     async def is_active(self, ref: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
         trigger = await self._trigger(ref, context)
-        return pb.IsActiveResponse(result=await self.load.total(trigger.pool) > 0)
+        return pb.IsActiveResponse(result=await self._active(trigger.pool))
 
     async def stream_is_active(
         self, ref: pb.ScaledObjectRef, context: Context
@@ -107,7 +131,7 @@ class ExternalScaler:
         with self.load.demand() as demand:
             while True:
                 demand.clear()  # before reading the load: no demand is missed in between
-                active = await self.load.total(trigger.pool) > 0
+                active = await self._active(trigger.pool)
                 if active != last or loop.time() - sent_at >= RESEND_SECONDS:
                     yield pb.IsActiveResponse(result=active)
                     last, sent_at = active, loop.time()
@@ -118,10 +142,9 @@ class ExternalScaler:
         self, ref: pb.ScaledObjectRef, context: Context
     ) -> pb.GetMetricSpecResponse:
         trigger = await self._trigger(ref, context)
+        target = trigger.target_queue_seconds
         spec = pb.MetricSpec(
-            metricName=trigger.metric,
-            targetSize=max(1, round(trigger.target)),
-            targetSizeFloat=trigger.target,
+            metricName=trigger.metric, targetSize=max(1, round(target)), targetSizeFloat=target
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
@@ -129,14 +152,17 @@ class ExternalScaler:
         self, request: pb.GetMetricsRequest, context: Context
     ) -> pb.GetMetricsResponse:
         trigger = await self._trigger(request.scaledObjectRef, context)
-        value = await self.load.total(trigger.pool)
-        log.debug("%s: %s = %d", _who(request.scaledObjectRef), trigger.metric, value)
+        assert trigger.audio_seconds_per_replica is not None  # `_trigger` defaults it
+        reports = await self.load.reports()
+        target, rate = trigger.target_queue_seconds, trigger.audio_seconds_per_replica
+        value = work_seconds(reports, trigger.pool, target, rate)
+        log.debug("%s: %s = %.3f", _who(request.scaledObjectRef), trigger.metric, value)
         return pb.GetMetricsResponse(
             metricValues=[
                 pb.MetricValue(
                     metricName=request.metricName or trigger.metric,
-                    metricValue=value,
-                    metricValueFloat=float(value),
+                    metricValue=math.ceil(value),
+                    metricValueFloat=value,
                 )
             ]
         )

@@ -5,10 +5,16 @@ busy with it.
 container it is and how long it plays where the header tells that cheaply (`audio.headers`:
 nothing is decoded): the gateway routes on both (an engine that cannot decode the
 container, or that transcribes at most so many seconds, gets no such file; `adapters/`).
+
+Autoscaling counts every request's audio (work.py), so it needs a length for each, even
+while the upload is still arriving: `audio_seconds` is the header's length, else an
+estimate from the file's size at the container's typical bit rate; `audio_seconds_from_head`
+reads it from the file's first bytes and the request's Content-Length.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import IO
 
@@ -16,6 +22,14 @@ from transcription_api.errors import bad_request
 from transcription_api.multipart import Upload
 
 from .audio import headers
+
+# Bits a second of audio takes in the containers whose header does not tell their length
+# (or not before the file's end: Ogg's is on its last page), typical of speech as clients
+# send it; any other container is taken for 16 kHz 16-bit mono PCM. Autoscaling's estimate
+# only: routing never guesses a length.
+TYPICAL_BITS_PER_SECOND = {"mp4": 96_000, "webm": 64_000, "ogg": 64_000, "aac": 96_000,
+                           "wma": 64_000, "amr": 12_200, "mp3": 128_000}  # fmt: skip
+PCM_BITS_PER_SECOND = 256_000
 
 # What users call these containers, for error messages.
 DESCRIPTIONS = {"mp4": "MP4/M4A (AAC)", "webm": "WebM/Matroska", "aac": "AAC (ADTS)",
@@ -57,3 +71,22 @@ def probe(f: IO[bytes], size: int) -> AudioInfo:
             code="invalid_audio",
         )
     return AudioInfo(name, headers.seconds(f, size, name, head))
+
+
+def audio_seconds(audio: AudioInfo, size: int) -> float:
+    """How long the `size` bytes of `audio` play: the header's length, else an estimate at
+    the container's typical bit rate."""
+    if audio.seconds is not None:
+        return audio.seconds
+    return size * 8 / TYPICAL_BITS_PER_SECOND.get(audio.container, PCM_BITS_PER_SECOND)
+
+
+def audio_seconds_from_head(head: bytes, size: int) -> float | None:
+    """`audio_seconds` of a file still arriving, from its first bytes (`head`) and its size, or
+    the request's Content-Length (a little more: the form around the file); None when the
+    head is no audio container."""
+    name = headers.container(head)
+    if name is None:
+        return None
+    seconds = headers.seconds(io.BytesIO(head), size, name, head)
+    return audio_seconds(AudioInfo(name, seconds), size)

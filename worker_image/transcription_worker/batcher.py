@@ -150,6 +150,7 @@ class Lane:
         self.batches = 0  # batches decoded so far
         self.largest_batch = 0  # most windows decoded together so far
         self._free = transcriber.workers
+        self._busy_at = 0.0  # when the time batches ran was last counted (`_busy`)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()  # (the loop keeps no weak references)
@@ -251,7 +252,7 @@ class Lane:
                 batch = self.next_batch()
                 if not batch:
                     break
-                self._free -= 1
+                self._busy(1)
                 owners = self._claim(batch)
                 self._running.add(asyncio.create_task(self._run(batch, owners)))
                 self._running = {t for t in self._running if not t.done()}
@@ -265,6 +266,14 @@ class Lane:
             owners.append(job)
         return owners
 
+    def _busy(self, batches: int) -> None:
+        """`batches` more (or fewer) run now: the time at least one ran is counted."""
+        now = time.monotonic()
+        if self._free < self.transcriber.workers:
+            metrics.BUSY_SECONDS.inc(now - self._busy_at)
+        self._busy_at = now
+        self._free -= batches
+
     async def _run(self, batch: list[Window], owners: list[Job]) -> None:
         error: Exception | None = None
         try:
@@ -276,7 +285,7 @@ class Lane:
             log.exception("decoding a batch of %d windows failed", len(batch))
             error = e
         finally:
-            self._free += 1
+            self._busy(-1)
         for w, job in zip(batch, owners, strict=True):
             w.busy = False
             job.in_flight -= 1

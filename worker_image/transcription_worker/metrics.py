@@ -45,6 +45,11 @@ SUCCESS = Counter(
 AUDIO_SECONDS = Counter(
     "transcription_worker_audio_seconds", "Seconds of audio transcribed (for real-time factor)."
 )
+BUSY_SECONDS = Counter(
+    "transcription_worker_busy_seconds",
+    "Seconds the model was decoding (at least one batch running): rate(audio_seconds_total) "
+    "/ rate(busy_seconds_total) is the audio seconds this worker decodes per second when busy.",
+)
 REJECTED = Counter(
     "transcription_worker_rejected", "Requests refused with 503 because the queue was full."
 )

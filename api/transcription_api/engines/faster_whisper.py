@@ -16,8 +16,8 @@ from .profile import EngineProfile, ErrorDialect, Image, Serving, one_at_a_time
 _CONTINUOUS = CapabilitySet(
     capabilities=AUDIO,
     max_upload_bytes=MAX_UPLOAD,
-    # Batching buys little on CPU (bench worker: 1.06x at 8 clients), more on a GPU.
-    scale_target=4,
+    # tiny.en on 2 CPUs decodes 2-3 s of audio a second (docs/benchmarks.md); a GPU, more.
+    audio_seconds_per_replica=4,
     native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
 )
 

@@ -70,8 +70,12 @@ class Image:
 
 def one_at_a_time(caps: CapabilitySet) -> CapabilitySet:
     """An engine's capability set in sequential mode, where one replica runs one request at
-    a time: what it serves in continuous mode, with a lower autoscaling target."""
-    return CapabilitySet.model_validate(dict(caps) | {"max_concurrency": 1, "scale_target": 2})
+    a time: what it serves in continuous mode, assumed to decode half as fast without
+    batching until the frontend has measured it."""
+    rate = caps.audio_seconds_per_replica / 2
+    return CapabilitySet.model_validate(
+        dict(caps) | {"max_concurrency": 1, "audio_seconds_per_replica": rate}
+    )
 
 
 @dataclass(frozen=True)

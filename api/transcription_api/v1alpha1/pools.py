@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 
 from ..capabilities import Engine, Mode
+from ..frontend import TARGET_QUEUE_SECONDS
 from ..schema import CrdModel, KubeObject, Rule, validations
 from ..units import DURATION
 from ..worker import MANAGED_FLAGS, managed_flag, managed_flag_message
@@ -31,7 +32,8 @@ AUTOSCALING_RULES: list[Rule[AutoscalingSpec]] = [
 
 
 class AutoscalingSpec(CrdModel):
-    """Scaling with demand, by KEDA, on the load the frontend reports for the pool."""
+    """Scaling with demand, by KEDA, on the audio the frontend reports queued and in flight
+    for the pool, against what a replica decodes per second."""
 
     model_config = ConfigDict(json_schema_extra=validations(AUTOSCALING_RULES))
 
@@ -43,12 +45,31 @@ class AutoscalingSpec(CrdModel):
         "holds requests while it wakes.",
     )
     max_replicas: int = Field(ge=1, le=1000, description="Most replicas.")
+    target_queue_seconds: float = Field(
+        default=TARGET_QUEUE_SECONDS,
+        gt=0,
+        le=3600,
+        description="Seconds of work per replica the autoscaler aims at: the audio queued "
+        "and in flight for the pool (uploads whose length is known included), over what a "
+        "replica decodes per second, divided among the replicas. Lower: more replicas, "
+        "shorter waits.",
+    )
+    audio_seconds_per_replica: float | None = Field(
+        default=None,
+        gt=0,
+        le=100000,
+        description="Seconds of audio one replica decodes per second, assumed until the "
+        "frontend has measured it on the pool's answers. Default: the engine's, by mode "
+        "(vllm continuous 20, faster-whisper continuous 4, half that in sequential pools; "
+        "transformers 2).",
+    )
     target: float | None = Field(
         default=None,
         gt=0,
         le=10000,
-        description="Requests in flight plus queued per replica that the autoscaler aims "
-        "at. Default: the engine's, by mode (vllm continuous 8; sequential pools 2).",
+        description="Ignored: pools scale on audio-seconds (targetQueueSeconds) since "
+        "requests of 2 s and 2 h are not the same work. Kept so that resources written "
+        "for earlier releases still apply; remove it.",
     )
     scale_down_delay: str = Field(
         default="5m",

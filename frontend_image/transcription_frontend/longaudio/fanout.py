@@ -18,7 +18,8 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
    each chunk's text as soon as it and every chunk before it are done.
 A client that disconnects cancels every chunk still running; a chunk that fails fails the
-request, naming the chunk.
+request, naming the chunk. For autoscaling, the whole file's audio counts until it has been
+cut, then each chunk's: queued until it starts, then as a request of its own (work.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from ..routing import NoPool, Router
 from ..sniff import AudioInfo
 from ..subrequest import Caller, Pipeline, post
 from ..tracing import Span, context_of
+from ..work import Ticket
 from .stitch import logprobs, stitch
 
 if TYPE_CHECKING:
@@ -150,9 +152,10 @@ class _Failed(Exception):
 async def transcribe_long(
     pipeline: Pipeline, gw: Any, endpoint: Capability, scope: Any, upload: Upload,
     request: TranscriptionRequest, strategy: ChunkingStrategy, needs: frozenset[Capability],
-    model: str,
+    model: str, ticket: Ticket,
 ) -> Reply:  # fmt: skip
-    """The whole answer (or stream) of a chunked request."""
+    """The whole answer (or stream) of a chunked request; `ticket` counts its audio until
+    its chunks do."""
     from ..audio.decode import CorruptAudio, decode
 
     cfg: ChunkingSpec = gw.settings.chunking
@@ -171,6 +174,7 @@ async def transcribe_long(
             decoded.close()
             raise
         span.set("transcription.chunks", len(chunks))
+    ticket.close()  # each chunk counts its own audio from here
     try:
         metrics.CHUNKED.labels(model=model).inc()
         metrics.CHUNKS.observe(len(chunks))
@@ -178,9 +182,12 @@ async def transcribe_long(
         headers = dict(scope["headers"])
         caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
         fields = chunk_fields(upload.fields, request)
-        chained = cfg.previous_text and _whisper_only(gw.router.candidates(needs, 0))
+        pools = gw.router.candidates(needs, 0)
+        chained = cfg.previous_text and _whisper_only(pools)
         runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller,
                          cfg.max_parallel_chunks, chained)  # fmt: skip
+        if not isinstance(pools, NoPool):
+            runner.wait_in(pools[0].name)
         if request.stream:
             return Reply(200, sse.MEDIA_TYPE, stream=_stream(runner, decoded),
                          headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
@@ -241,11 +248,18 @@ class _Runner:
         self.firsts = {r.start for r in runs(len(chunks), parallel)} if chained else set()
         self.slots = asyncio.Semaphore(parallel)
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
+        self.waiting: list[Ticket] = [gw.work.ticket() for _ in chunks]  # until each starts
         # The chunks' parent span: from here until the last chunk ends (`cancel`).
         self.span: Span | None = gw.tracer.start(
             "longaudio.fanout",
             {"transcription.chunks": len(chunks), "transcription.max_parallel": parallel},
         )
+
+    def wait_in(self, pool: str) -> None:
+        """Count the chunks that have not started as audio queued for `pool`."""
+        for ticket, chunk in zip(self.waiting, self.chunks, strict=True):
+            ticket.queued(pool)
+            ticket.count(chunk.seconds)
 
     def start(self) -> None:
         if not self.tasks:
@@ -270,6 +284,7 @@ class _Runner:
         }
         parent = context_of(self.span) if self.span else None
         async with self.slots:
+            self.waiting[chunk.index].close()  # its own request counts it now
             with self.gw.tracer.span("longaudio.chunk", attributes, parent=parent) as span:
                 flac = await asyncio.to_thread(encode, self.decoded, chunk)
                 started = time.monotonic()
@@ -301,6 +316,8 @@ class _Runner:
         """Cancel the chunks still running (none once all are done), and end the span."""
         for t in self.tasks:
             t.cancel()
+        for ticket in self.waiting:
+            ticket.close()
         if self.span is not None:
             self.span.end()
             self.span = None

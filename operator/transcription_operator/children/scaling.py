@@ -18,13 +18,13 @@ def autoscaled(the_plan: Plan) -> bool:
 
 
 def scaled_object(td: TranscriptionDeployment, pool: PlannedPool, cfg: OperatorConfig) -> Manifest:
-    """KEDA scales the pool's Deployment on the load the frontend reports for it (requests in
-    flight plus held), through KEDA's external-push scaler protocol: the frontend pushes
-    "active" the moment a request waits for a pool at zero."""
+    """KEDA scales the pool's Deployment on the work the frontend reports for it (its audio
+    queued and in flight, in seconds of one replica's decoding), through KEDA's external-push
+    scaler protocol: the frontend pushes "active" the moment a request waits for a pool at
+    zero."""
     a = pool.spec.autoscaling
     assert a is not None
     delay = duration_seconds(a.scale_down_delay)
-    target = a.target or pool.capabilities.scale_target
     scaler = f"{scaler_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}:{SCALER_PORT}"
     return {
         "apiVersion": "keda.sh/v1alpha1",
@@ -41,16 +41,27 @@ def scaled_object(td: TranscriptionDeployment, pool: PlannedPool, cfg: OperatorC
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": delay}}
                 }
             },
-            "triggers": [
-                {
-                    "type": "external-push",
-                    "metadata": {
-                        "scalerAddress": scaler,
-                        "pool": pool.name,
-                        "target": f"{target:g}",
-                    },
-                }
-            ],
+            "triggers": [audio_trigger(pool, scaler, pool.name)],
+        },
+    }
+
+
+def audio_trigger(pool: PlannedPool, scaler: str, name: str) -> Manifest:
+    """The external-push trigger that asks the frontend whose scaler is at `scaler`
+    (host:port) for the work of the pool it routes to as `name`. Its value is in seconds of
+    one replica's decoding and its target `targetQueueSeconds` per replica, so triggers of
+    several frontends add up (KEDA's scalingModifiers, `targetQueueSeconds` as their
+    target)."""
+    a = pool.spec.autoscaling
+    assert a is not None
+    rate = a.audio_seconds_per_replica or pool.capabilities.audio_seconds_per_replica
+    return {
+        "type": "external-push",
+        "metadata": {
+            "scalerAddress": scaler,
+            "pool": name,
+            "targetQueueSeconds": f"{a.target_queue_seconds:g}",
+            "audioSecondsPerReplica": f"{rate:g}",
         },
     }
 

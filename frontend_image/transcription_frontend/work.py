@@ -1,0 +1,234 @@
+"""Work in audio-seconds, as this frontend replica sees it: the audio each request brings a
+pool, and how fast the pool's workers get through it. What the autoscaler scales on
+(load.py sums it over the replicas, scaler.py answers KEDA).
+
+A request's audio counts for a pool from the moment its length is known until its answer has
+been sent (a `Ticket`), at one of three stages:
+- arriving: its upload still streaming -- counted once the file's first 64 KiB have arrived
+  (`sniff.audio_seconds_from_head`: the header's length, or an estimate from the Content-Length) --,
+  being parsed, or (long audio) decoded and cut; counted for the pool a request of its kind
+  goes to first, until it is routed;
+- queued: held while its pools have no worker (hold.py), or a long file's chunk waiting for
+  its turn (each chunk counts its own length, the whole file's none: longaudio/);
+- in flight: at a worker, from the first byte sent until the answer has been sent. A request
+  served by a fallback pool because the pool it prefers had no ready worker counts for the
+  preferred pool too (`spilled`), as `Router.spill` counts it.
+Every request counts at least `MIN_SECONDS` (a chat request without audio, a short clip:
+Whisper decodes at least a 30 s window for it).
+
+The decode rate: audio seconds one worker endpoint gets through per second while it is busy.
+Each endpoint's `Meter` adds the audio of every answer (200) it sent, and the time it had at
+least one of this replica's requests, both as sums that decay with time constant `TAU`
+(an exponentially weighted moving average in continuous time). Both only change when a
+request starts or ends, so a long request counts its time and its audio together.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import metrics
+from .sniff import audio_seconds_from_head
+
+MIN_SECONDS = 1.0
+TAU = 120.0  # seconds: the decode rate's memory
+# The pool's default rate weighs as much as this much measured busy time (`decode_rate`).
+PRIOR_SECONDS = 10.0
+# A meter idle this long weighs nothing any more (e^-10): forgotten.
+FORGET_SECONDS = 10 * TAU
+
+
+class Stage(StrEnum):
+    ARRIVING = "arriving"
+    QUEUED = "queued"
+    IN_FLIGHT = "in_flight"
+
+
+SPILLED = "spilled"  # the audio in flight elsewhere that this pool would have served first
+
+
+class DecodeSample(BaseModel):
+    """A pool's decode measurement on one replica, as decaying sums (`TAU`) over its
+    endpoints."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    decoded: float = Field(default=0.0, ge=0, description="Audio seconds answered (200).")
+    busy: float = Field(
+        default=0.0, ge=0, description="Seconds an endpoint had a request of this replica."
+    )
+    window: float = Field(
+        default=0.0, ge=0,
+        description="Seconds the endpoints have been measured: what `busy` of all replicas "
+        "together cannot exceed.",
+    )  # fmt: skip
+
+
+def decode_rate(samples: list[DecodeSample], prior: float) -> float:
+    """Audio seconds one worker decodes per second: the samples of every frontend replica
+    together, with `prior` (the pool's default rate) weighing as `PRIOR_SECONDS` of busy
+    time: the default until something is measured, the measurement soon after. Replicas
+    whose requests share an endpoint each count its busy time: their sum is capped at the
+    longest window, the time the endpoints were measured (busy all along)."""
+    decoded = sum(s.decoded for s in samples)
+    busy = min(sum(s.busy for s in samples), max((s.window for s in samples), default=0.0))
+    return (decoded + prior * PRIOR_SECONDS) / (busy + PRIOR_SECONDS)
+
+
+@dataclass
+class Meter:
+    """One worker endpoint's decoding, as this replica sees it."""
+
+    pool: str
+    since: float
+    at: float  # when the sums were last brought up to date
+    in_flight: int = 0
+    decoded: float = 0.0
+    busy: float = 0.0
+
+    def advance(self, now: float) -> None:
+        f = math.exp(-(now - self.at) / TAU)
+        self.busy = self.busy * f + (TAU * (1 - f) if self.in_flight else 0.0)
+        self.decoded *= f
+        self.at = now
+
+    def sample(self, now: float) -> DecodeSample:
+        """The sums as of the last start or end, decayed to `now`."""
+        f = math.exp(-(now - self.at) / TAU)
+        window = TAU * (1 - math.exp(-(now - self.since) / TAU))
+        return DecodeSample(decoded=self.decoded * f, busy=self.busy * f, window=window)
+
+
+class Ticket:
+    """One request's audio, counted for one pool at one stage until `close`."""
+
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.pool: str | None = None
+        self.stage = Stage.ARRIVING
+        self.seconds = 0.0
+        self.spilled_from: str | None = None
+        self.closed = False
+
+    def counted(self) -> list[tuple[str, str]]:
+        """The (pool, stage) sums its audio is in."""
+        if self.closed or self.pool is None:
+            return []
+        here = (self.pool, self.stage.value)
+        return [here, (self.spilled_from, SPILLED)] if self.spilled_from else [here]
+
+    def count(self, seconds: float, pool: str | None = None) -> None:
+        """The request's audio is `seconds` long (or now known better); it counts for `pool`
+        (None: the pool it counts for already)."""
+        self.work.move(self, pool or self.pool, self.stage, max(seconds, MIN_SECONDS),
+                       self.spilled_from)  # fmt: skip
+
+    def on_file_head(self, pool: str | None, content_length: str | None
+                     ) -> Callable[[bytes], None] | None:  # fmt: skip
+        """What counts an upload for `pool` while it arrives, from its file's first bytes
+        (`parse_upload`'s `on_file_head`); None without a pool or a Content-Length."""
+        if pool is None or not content_length or not content_length.isdigit():
+            return None
+
+        def heard(head: bytes) -> None:
+            seconds = audio_seconds_from_head(head, int(content_length))
+            if seconds is not None:
+                self.count(seconds, pool)
+
+        return heard
+
+    def queued(self, pool: str) -> None:
+        self.work.move(self, pool, Stage.QUEUED, self.seconds)
+
+    def close(self) -> None:
+        self.work.move(self, None, self.stage, self.seconds)
+        self.closed = True
+
+
+class Work:
+    """The audio this replica counts for each pool, and its workers' meters."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._seconds: dict[tuple[str, str], float] = defaultdict(float)
+        self._tickets: dict[tuple[str, str], int] = defaultdict(int)
+        self._meters: dict[str, Meter] = {}  # by endpoint URL
+        self.on_demand: Callable[[str], None] = lambda pool: None  # set by load.Load
+
+    def ticket(self) -> Ticket:
+        return Ticket(self)
+
+    def seconds(self, pool: str, stage: str) -> float:
+        """Audio seconds counted for `pool` at `stage` (a Stage, or SPILLED)."""
+        return self._seconds.get((pool, stage), 0.0)
+
+    def move(
+        self, ticket: Ticket, pool: str | None, stage: Stage, seconds: float,
+        spilled_from: str | None = None,
+    ) -> None:  # fmt: skip
+        """Count `ticket` for `pool` (None: for none) at `stage`, `seconds` long."""
+        if ticket.closed:
+            return
+        new = ticket.pool is None and pool is not None
+        self._add(ticket, -1)
+        ticket.pool, ticket.stage, ticket.seconds = pool, stage, seconds
+        ticket.spilled_from = spilled_from
+        self._add(ticket, 1)
+        if new:
+            self.on_demand(pool)  # type: ignore[arg-type]  # `new` says it is a pool
+
+    def _add(self, ticket: Ticket, sign: int) -> None:
+        for key in ticket.counted():
+            self._tickets[key] += sign
+            # Exactly 0 once nothing counts: no rounding left behind.
+            left = self._seconds[key] + sign * ticket.seconds
+            self._seconds[key] = left if self._tickets[key] else 0.0
+            metrics.BACKLOG.labels(pool=key[0], stage=key[1]).set(self._seconds[key])
+
+    # ------------------------------------------------------------------ decode rate
+
+    def started(self, ticket: Ticket, pool: str, url: str, spilled_from: str | None) -> None:
+        """The request of `ticket` is at endpoint `url` of `pool` now (in place of
+        `spilled_from`'s, which had no ready worker)."""
+        self.move(ticket, pool, Stage.IN_FLIGHT, ticket.seconds, spilled_from)
+        now = self.clock()
+        meter = self._meters.get(url)
+        if meter is None or meter.pool != pool:
+            meter = self._meters[url] = Meter(pool, since=now, at=now)
+        meter.advance(now)
+        meter.in_flight += 1
+
+    def ended(self, ticket: Ticket, url: str, answered: bool) -> None:
+        """The request of `ticket` left endpoint `url`: `answered` (200), its audio counts
+        as decoded."""
+        meter = self._meters.get(url)
+        if meter is None:
+            return
+        meter.advance(self.clock())
+        meter.in_flight -= 1
+        if answered:
+            meter.decoded += ticket.seconds
+            sample = self.sample(meter.pool)
+            if sample.busy > 0:
+                rate = sample.decoded / min(sample.busy, sample.window)
+                metrics.DECODE_RATE.labels(pool=meter.pool).set(rate)
+
+    def sample(self, pool: str) -> DecodeSample:
+        """`pool`'s decode measurement on this replica, now."""
+        now = self.clock()
+        for url, m in list(self._meters.items()):
+            if not m.in_flight and now - m.at > FORGET_SECONDS:
+                del self._meters[url]
+        samples = [m.sample(now) for m in self._meters.values() if m.pool == pool]
+        return DecodeSample(
+            decoded=sum(s.decoded for s in samples),
+            busy=sum(s.busy for s in samples),
+            window=sum(s.window for s in samples),
+        )
