@@ -51,7 +51,8 @@ def test_an_autoscaled_pool_gets_a_scaled_object_and_leaves_replicas_to_it() -> 
         "metadata": {
             "scalerAddress": "whisper-scaler.speech.svc.cluster.local:9090",
             "pool": "batch",
-            "target": f"{default.scale_target:g}",
+            "targetQueueSeconds": "10",
+            "audioSecondsPerReplica": f"{default.audio_seconds_per_replica:g}",
         },
     }
     assert ("ScaledObject", "whisper-fixed") not in out
@@ -78,17 +79,29 @@ def test_the_frontend_serves_the_scaler_on_an_internal_service() -> None:
     assert [p["name"] for p in container["ports"]] == ["http"]
 
 
-def test_the_target_can_be_set_and_sequential_pools_default_to_two() -> None:
+def test_the_target_and_rate_can_be_set_and_sequential_pools_default_to_half_the_rate() -> None:
     spec = {"model": {"name": "m"}, "engine": "faster-whisper",
-            "pools": [{"name": "cpu", "autoscaling": {"maxReplicas": 3, "target": 1.5}},
+            "pools": [{"name": "cpu", "autoscaling": {"maxReplicas": 3, "targetQueueSeconds": 2.5,
+                                                      "audioSecondsPerReplica": 40}},
                       {"name": "seq", "mode": "sequential", "autoscaling": {"maxReplicas": 3}}]}  # fmt: skip
     out = children(spec)
-    assert (
-        out[("ScaledObject", "whisper-cpu")]["spec"]["triggers"][0]["metadata"]["target"] == "1.5"
-    )
+    metadata = out[("ScaledObject", "whisper-cpu")]["spec"]["triggers"][0]["metadata"]
+    assert (metadata["targetQueueSeconds"], metadata["audioSecondsPerReplica"]) == ("2.5", "40")
     seq = out[("ScaledObject", "whisper-seq")]["spec"]
-    assert seq["triggers"][0]["metadata"]["target"] == "2"
+    metadata = seq["triggers"][0]["metadata"]
+    # faster-whisper's 4 s of audio a second, halved one request at a time; 10 s of work.
+    assert (metadata["targetQueueSeconds"], metadata["audioSecondsPerReplica"]) == ("10", "2")
     assert (seq["minReplicaCount"], seq["cooldownPeriod"]) == (1, 300)  # the defaults
+
+
+def test_an_earlier_releases_request_target_is_accepted_and_ignored() -> None:
+    """Pools scale on audio alone; `target` (requests per replica) still applies, so that
+    resources written for earlier releases, and objects stored with it, keep working."""
+    spec = {"model": {"name": "m"},
+            "pools": [{"name": "batch", "autoscaling": {"maxReplicas": 3, "target": 1.5}}]}  # fmt: skip
+    (trigger,) = children(spec)[("ScaledObject", "whisper-batch")]["spec"]["triggers"]
+    assert "target" not in trigger["metadata"]
+    assert trigger["metadata"]["targetQueueSeconds"] == "10"
 
 
 @pytest.mark.parametrize(
@@ -97,7 +110,8 @@ def test_the_target_can_be_set_and_sequential_pools_default_to_two() -> None:
         ({"minReplicas": 3, "maxReplicas": 2}, "minReplicas must not exceed maxReplicas"),
         ({"maxReplicas": 0}, "greater than or equal to 1"),
         ({"maxReplicas": 2, "scaleDownDelay": "5 minutes"}, "should match pattern"),
-        ({"maxReplicas": 2, "target": 0}, "greater than 0"),
+        ({"maxReplicas": 2, "targetQueueSeconds": 0}, "greater than 0"),
+        ({"maxReplicas": 2, "audioSecondsPerReplica": -1}, "greater than 0"),
     ],
 )
 def test_bad_autoscaling_is_refused_with_its_reason(

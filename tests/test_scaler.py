@@ -1,5 +1,6 @@
 """KEDA's external scaler in the frontend: the trigger's metadata, the load summed over
-frontend replicas, and a real gRPC client against two frontends over real HTTP."""
+frontend replicas (audio-seconds over the decode rate), and a real gRPC client against two
+frontends over real HTTP."""
 
 from __future__ import annotations
 
@@ -23,15 +24,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from testkit.audio import tone_wav
 from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
 from testkit.host import free_port
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import TARGET_QUEUE_SECONDS
 from transcription_api.routes import RouteTable
 from transcription_frontend.externalscaler import externalscaler_pb2 as pb
 from transcription_frontend.externalscaler.generate import OUTPUTS, generate
-from transcription_frontend.load import LoadReport, Peers, PoolLoad, total
+from transcription_frontend.load import (
+    AudioLoad,
+    LoadReport,
+    Peers,
+    PoolLoad,
+    active,
+    total,
+    work_seconds,
+)
 from transcription_frontend.scaler import Trigger, parse_trigger
+from transcription_frontend.work import PRIOR_SECONDS, DecodeSample
 
 HERE = Path(__file__).parent
 STUBS = HERE.parent / "frontend_image/transcription_frontend/externalscaler"
@@ -73,26 +85,40 @@ def test_the_proto_is_kedas_service() -> None:
 
 
 def test_trigger_metadata() -> None:
-    assert parse_trigger({"pool": "batch", "target": "4", "scalerAddress": "x:9090"}) == Trigger(
-        "batch", 4.0
-    )
-    assert parse_trigger({"pool": "batch", "target": "0.5"}).metric == "pool-batch"
+    metadata = {"pool": "batch", "targetQueueSeconds": "4", "audioSecondsPerReplica": "30",
+                "scalerAddress": "x:9090"}  # fmt: skip
+    assert parse_trigger(metadata) == Trigger("batch", 4.0, 30.0)
+    assert parse_trigger({"pool": "batch"}).metric == "pool-batch"
+    # Defaults: the target's, and the engine's rate (None here: the scaler looks it up).
+    assert parse_trigger({"pool": "batch"}) == Trigger("batch", TARGET_QUEUE_SECONDS, None)
+    # An earlier release's `target` (requests per replica) is ignored, not refused: the
+    # frontend and the operator's new ScaledObject may meet during an upgrade.
+    assert parse_trigger({"pool": "batch", "target": "2"}) == Trigger("batch")
 
 
 @pytest.mark.parametrize(
     ("metadata", "message"),
     [
-        ({"target": "2"}, "the trigger's metadata has no `pool`: set it to the pool's name"),
-        ({"pool": " ", "target": "2"}, "has no `pool`"),
         (
-            {"pool": "batch"},
-            "the trigger's `target` must be a number > 0 (requests per replica), got ''",
+            {"targetQueueSeconds": "2"},
+            "the trigger's metadata has no `pool`: set it to the pool's name",
         ),
-        ({"pool": "batch", "target": "two"}, "got 'two'"),
-        ({"pool": "batch", "target": "0"}, "got '0'"),
-        ({"pool": "batch", "target": "-1"}, "got '-1'"),
-        ({"pool": "batch", "target": "nan"}, "got 'nan'"),
-        ({"pool": "batch", "target": "inf"}, "got 'inf'"),
+        ({"pool": " "}, "has no `pool`"),
+        (
+            {"pool": "batch", "targetQueueSeconds": ""},
+            "the trigger's `targetQueueSeconds` must be a number > 0 (seconds of work per "
+            "replica), got ''",
+        ),
+        ({"pool": "batch", "targetQueueSeconds": "two"}, "got 'two'"),
+        ({"pool": "batch", "targetQueueSeconds": "0"}, "got '0'"),
+        ({"pool": "batch", "targetQueueSeconds": "-1"}, "got '-1'"),
+        ({"pool": "batch", "targetQueueSeconds": "nan"}, "got 'nan'"),
+        ({"pool": "batch", "targetQueueSeconds": "inf"}, "got 'inf'"),
+        (
+            {"pool": "batch", "audioSecondsPerReplica": "0"},
+            "the trigger's `audioSecondsPerReplica` must be a number > 0 (audio seconds a "
+            "replica decodes a second), got '0'",
+        ),
     ],
 )
 def test_bad_trigger_metadata_says_what_to_fix(metadata: dict[str, str], message: str) -> None:
@@ -112,6 +138,44 @@ def test_total_sums_in_flight_and_held_over_replicas() -> None:
     assert total(reports, "words") == 3
     assert total(reports, "gone") == 0
     assert total([], "batch") == 0
+
+
+def audio_report(instance: str, sessions: int = 0, decoded: float = 0.0, busy: float = 0.0,
+                 window: float = 0.0, **stages: float) -> LoadReport:  # fmt: skip
+    load = PoolLoad(sessions=sessions, audio=AudioLoad(**stages),
+                    decoding=DecodeSample(decoded=decoded, busy=busy, window=window))  # fmt: skip
+    return LoadReport(instance=instance, pools={"batch": load})
+
+
+def test_the_work_is_the_audio_of_every_replica_over_the_decode_rate() -> None:
+    reports = [audio_report("a", arriving=3, queued=10, in_flight=20, spilled=7),
+               audio_report("b", in_flight=20), audio_report("c")]  # fmt: skip
+    # Nothing measured yet: the default rate (4 s of audio a second), 60 s of audio.
+    assert work_seconds(reports, "batch", 10, 4) == pytest.approx(60 / 4)
+    assert work_seconds(reports, "other", 10, 4) == 0
+    # A realtime session counts as the audio it can bring while the queue drains: 10 s.
+    with_session = [*reports, audio_report("d", sessions=2)]
+    assert work_seconds(with_session, "batch", 10, 4) == pytest.approx(80 / 4)
+    assert active(with_session, "batch") and not active([audio_report("c")], "batch")
+
+
+def test_the_decode_rate_is_measured_on_every_replica_and_the_default_weighs_little() -> None:
+    def rate(*decoding: tuple[float, float, float], default: float = 4) -> float:
+        reports = [audio_report(str(i), queued=100, decoded=d, busy=b, window=w)
+                   for i, (d, b, w) in enumerate(decoding)]  # fmt: skip
+        return 100 * len(reports) / work_seconds(reports, "batch", 10, default)
+
+    assert rate((0, 0, 0)) == 4  # the default until something is measured
+    # Measured: 300 s of audio in 10 s busy, with the default's 10 s: (300 + 40) / 20.
+    assert PRIOR_SECONDS == 10 and rate((300, 10, 120)) == pytest.approx(17)
+    assert rate((3000, 100, 120)) == pytest.approx(3040 / 110)  # the measurement dominates
+    # Two replicas whose requests share the endpoints: both were busy all along (120 s of
+    # 120), each with half the audio. Summed, their busy time would halve the rate; it is
+    # capped at the time measured.
+    shared = rate((1500, 120, 120), (1500, 120, 120))
+    assert shared == pytest.approx((3000 + 40) / (120 + 10))
+    # Apart in time (each busy 50 s of 120): their busy times add up.
+    assert rate((500, 50, 120), (500, 50, 120)) == pytest.approx((1000 + 40) / (100 + 10))
 
 
 def peer_app(body: Callable[[], Any], hits: list[str]) -> Starlette:
@@ -159,6 +223,7 @@ def test_peers_are_summed_cached_and_left_out_when_they_fail() -> None:
 # --------------------------------------------------------------------------- over gRPC
 
 SERVICE = "/externalscaler.ExternalScaler/"
+THREE = tone_wav(3.0)  # 3 s of audio, by its header: the work each request brings
 
 
 class Scaler:
@@ -192,14 +257,17 @@ class Scaler:
             pb.GetMetricsRequest(scaledObjectRef=ref, metricName="pool-batch"), timeout=5
         )
         (v,) = r.metricValues
-        assert v.metricName == "pool-batch" and v.metricValue == v.metricValueFloat
+        # KEDA reads the float; the integer is for scalers that do not, rounded up.
+        assert v.metricName == "pool-batch" and v.metricValue == math.ceil(v.metricValueFloat)
         return float(v.metricValueFloat)
 
 
-def ref(pool: str = "batch", target: str = "2") -> pb.ScaledObjectRef:
+def ref(pool: str = "batch", target: str = "2", rate: str | None = "3") -> pb.ScaledObjectRef:
+    rated = {"audioSecondsPerReplica": rate} if rate else {}
     return pb.ScaledObjectRef(
         name=f"whisper-{pool}", namespace="speech",
-        scalerMetadata={"scalerAddress": "whisper.speech:9090", "pool": pool, "target": target},
+        scalerMetadata={"scalerAddress": "whisper.speech:9090", "pool": pool,
+                        "targetQueueSeconds": target, **rated},
     )  # fmt: skip
 
 
@@ -252,8 +320,8 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
     assert scalers[0].value(ref()) == 0
 
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
-        # Two requests in flight at the worker through A...
-        done = [ex.submit(a.post, {"model": PRIMARY}) for _ in range(2)]
+        # Two requests of 3 s of audio in flight at the worker through A...
+        done = [ex.submit(a.post, {"model": PRIMARY}, THREE) for _ in range(2)]
         wait_until(lambda: slow[1].in_flight == 2, what="two requests in flight")
         # ...whose pod then terminates: they go on; new ones are held, on A and on B.
         a.endpoints("batch", [], terminating=[slow[0].url])
@@ -262,10 +330,11 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
             lambda: a.router.endpoints("batch") == [] == b.router.endpoints("batch"),
             what="discovery",
         )
-        done += [ex.submit(fe.post, {"model": PRIMARY}) for fe in (a, b)]
+        done += [ex.submit(fe.post, {"model": PRIMARY}, THREE) for fe in (a, b)]
         wait_until(lambda: held(a) == held(b) == 1, what="holds")
-        # Either replica answers with the total: 2 in flight + 2 held (once its peer's
-        # report, cached for a second, is fresh).
+        # Either replica answers with the total: 2 in flight + 2 held, 12 s of audio, over
+        # the 3 s a second the trigger says a replica decodes (nothing measured yet): 4 s
+        # of one replica's work (once its peer's report, cached for a second, is fresh).
         for s in scalers:
             wait_until(lambda s=s: s.value(ref()) == 4, timeout=3, what="the total of 4")
             assert s.is_active(ref(), timeout=5).result
@@ -287,11 +356,10 @@ def test_a_peer_that_does_not_answer_is_left_out(
     a.gateway.apply_slice("ADDED", endpoint_slice("whisper", [dead], name="dead"))
     b.endpoints("batch", [])
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
-        pending = ex.submit(b.post, {"model": PRIMARY})
+        pending = ex.submit(b.post, {"model": PRIMARY}, THREE)
         wait_until(lambda: held(b) == 1, what="hold")
-        assert (
-            Scaler(a.gateway.settings.scaler_port or 0).value(ref()) == 1
-        )  # B's, despite the dead peer
+        # B's 3 s of audio at 3 s a second, despite the dead peer
+        assert Scaler(a.gateway.settings.scaler_port or 0).value(ref()) == 1
         assert a.metric("transcription_frontend_peer_load_errors_total") >= 1
         b.endpoints("batch", [slow[0].url])
         assert pending.result(timeout=10).status_code == 200
@@ -355,12 +423,19 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
     try:
         s = Scaler(fe.gateway.settings.scaler_port or 0)
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            served = ex.submit(fe.post, {"model": PRIMARY})
+            served = ex.submit(fe.post, {"model": PRIMARY}, THREE)
             wait_until(lambda: slow[1].in_flight == 1, what="the request at the fallback")
             load = httpx.get(f"{fe.url}/internal/load").json()["pools"]
-            assert load == {"batch": {"in_flight": 0, "held": 0, "spilled": 1, "sessions": 0},
-                            "words": {"in_flight": 1, "held": 0, "spilled": 0, "sessions": 0}}  # fmt: skip
+            counts = {p: {k: v for k, v in load[p].items() if isinstance(v, int)} for p in load}
+            assert counts == {"batch": {"in_flight": 0, "held": 0, "spilled": 1, "sessions": 0},
+                              "words": {"in_flight": 1, "held": 0, "spilled": 0, "sessions": 0}}  # fmt: skip
+            # Its audio: in flight at the fallback, and demand for the pool it prefers.
+            nothing = {"arriving": 0.0, "queued": 0.0, "in_flight": 0.0, "spilled": 0.0}
+            assert load["batch"]["audio"] == {**nothing, "spilled": 3.0}
+            assert load["words"]["audio"] == {**nothing, "in_flight": 3.0}
             assert s.value(ref()) == 1 and s.is_active(ref(), timeout=5).result
+            # Without a rate in the trigger, the engine's default: vLLM continuous, 20.
+            assert s.value(ref(rate=None)) == pytest.approx(3 / 20)
             assert served.result(timeout=10).status_code == 200
         assert s.value(ref()) == 0
     finally:
@@ -373,8 +448,8 @@ def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend
         s.get_metric_spec(ref(target="zero"), timeout=5)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details() == (
-        "ScaledObject speech/whisper-batch: the trigger's `target` must be a number > 0 "
-        "(requests per replica), got 'zero'"
+        "ScaledObject speech/whisper-batch: the trigger's `targetQueueSeconds` must be a "
+        "number > 0 (seconds of work per replica), got 'zero'"
     )
     with pytest.raises(grpc.RpcError) as e:
         s.is_active(ref(pool="words"), timeout=5)

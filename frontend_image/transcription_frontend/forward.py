@@ -370,7 +370,7 @@ class Forwarder:
         self.router.release(url, pool.name)
         if spilled:
             self.router.spill(spilled, -1)
-        self.work.ended(ticket, url, answered)
+        self.work.ended(ticket, answered)
 
 
 class _Overloaded(Exception):

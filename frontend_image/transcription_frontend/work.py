@@ -19,8 +19,10 @@ Whisper decodes at least a 30 s window for it).
 The decode rate: audio seconds one worker endpoint gets through per second while it is busy.
 Each endpoint's `Meter` adds the audio of every answer (200) it sent, and the time it had at
 least one of this replica's requests, both as sums that decay with time constant `TAU`
-(an exponentially weighted moving average in continuous time). Both only change when a
-request starts or ends, so a long request counts its time and its audio together.
+(an exponentially weighted moving average in continuous time). The busy time is shared out
+among the requests in flight (each gets its part of every moment: a second with four in
+flight is a quarter second each) and added when each request ends, with its audio: a request
+still running weighs nothing yet, so a long one does not lower the rate while it runs.
 """
 
 from __future__ import annotations
@@ -92,12 +94,28 @@ class Meter:
     in_flight: int = 0
     decoded: float = 0.0
     busy: float = 0.0
+    shares: float = 0.0  # the busy seconds one request in flight all along has had
 
     def advance(self, now: float) -> None:
+        if self.in_flight:
+            self.shares += (now - self.at) / self.in_flight
         f = math.exp(-(now - self.at) / TAU)
-        self.busy = self.busy * f + (TAU * (1 - f) if self.in_flight else 0.0)
+        self.busy *= f
         self.decoded *= f
         self.at = now
+
+    def start(self, now: float) -> float:
+        """A request starts: the mark its share of the busy time is counted from."""
+        self.advance(now)
+        self.in_flight += 1
+        return self.shares
+
+    def end(self, now: float, mark: float, seconds: float) -> None:
+        """The request started at `mark` ends, `seconds` of audio decoded."""
+        self.advance(now)
+        self.in_flight -= 1
+        self.busy += self.shares - mark
+        self.decoded += seconds
 
     def sample(self, now: float) -> DecodeSample:
         """The sums as of the last start or end, decayed to `now`."""
@@ -116,6 +134,7 @@ class Ticket:
         self.seconds = 0.0
         self.spilled_from: str | None = None
         self.closed = False
+        self.at: tuple[Meter, float] | None = None  # the endpoint it is at, and its mark
 
     def counted(self) -> list[tuple[str, str]]:
         """The (pool, stage) sums its audio is in."""
@@ -202,19 +221,17 @@ class Work:
         meter = self._meters.get(url)
         if meter is None or meter.pool != pool:
             meter = self._meters[url] = Meter(pool, since=now, at=now)
-        meter.advance(now)
-        meter.in_flight += 1
+        ticket.at = meter, meter.start(now)
 
-    def ended(self, ticket: Ticket, url: str, answered: bool) -> None:
-        """The request of `ticket` left endpoint `url`: `answered` (200), its audio counts
+    def ended(self, ticket: Ticket, answered: bool) -> None:
+        """The request of `ticket` left its endpoint: `answered` (200), its audio counts
         as decoded."""
-        meter = self._meters.get(url)
-        if meter is None:
+        if ticket.at is None:
             return
-        meter.advance(self.clock())
-        meter.in_flight -= 1
+        meter, mark = ticket.at
+        ticket.at = None
+        meter.end(self.clock(), mark, ticket.seconds if answered else 0.0)
         if answered:
-            meter.decoded += ticket.seconds
             sample = self.sample(meter.pool)
             if sample.busy > 0:
                 rate = sample.decoded / min(sample.busy, sample.window)
