@@ -28,8 +28,9 @@ MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs 
 MAX_FIELDS = 64
 MAX_BOUNDARY_BYTES = 200  # RFC 2046: at most 70; python-multipart's own cap is 256
 # The file's first bytes `parse_upload` hands `on_file_head` while the rest still streams:
-# what the gateway's audio header readers read (its audio length, for autoscaling).
-FILE_HEAD = 64 * 1024
+# enough for the length fields of every audio container the gateway reads (WAV, FLAC, AIFF,
+# AU, Ogg's rate, an MP3 frame) but an MP3's behind a large ID3 tag, for autoscaling.
+FILE_HEAD = 4 * 1024
 
 
 @dataclass

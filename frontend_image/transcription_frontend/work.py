@@ -4,10 +4,10 @@ pool, and how fast the pool's workers get through it. What the autoscaler scales
 
 A request's audio counts for a pool from the moment its length is known until its answer has
 been sent (a `Ticket`), at one of three stages:
-- arriving: its upload still streaming -- counted once the file's first 64 KiB have arrived
-  (`sniff.audio_seconds_from_head`: the header's length, or an estimate from the Content-Length) --,
-  being parsed, or (long audio) decoded and cut; counted for the pool a request of its kind
-  goes to first, until it is routed;
+- arriving: its upload still streaming (counted once the file's first 4 KiB have arrived:
+  `sniff.audio_seconds_from_head`, the header's length, else an estimate from the
+  Content-Length), being parsed, or (long audio) decoded and cut; counted for the pool a
+  request of its kind goes to first, until it is routed;
 - queued: held while its pools have no worker (hold.py), or a long file's chunk waiting for
   its turn (each chunk counts its own length, the whole file's none: longaudio/);
 - in flight: at a worker, from the first byte sent until the answer has been sent. A request
