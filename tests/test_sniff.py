@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from testkit.audio import require_tools, tone_wav
 from transcription_api.errors import APIError
-from transcription_frontend.sniff import probe
+from transcription_api.multipart import FILE_HEAD
+from transcription_frontend.sniff import (
+    PCM_BITS_PER_SECOND,
+    TYPICAL_BITS_PER_SECOND,
+    AudioInfo,
+    audio_seconds,
+    audio_seconds_from_head,
+    probe,
+)
 
 SECONDS = 41.5
 # ffmpeg arguments per file, and the container the gateway should name.
@@ -109,3 +117,45 @@ def test_any_bytes_give_an_answer_or_a_400(head: bytes, rest: bytes) -> None:
         status = 200
         assert info.seconds is None or 0 <= info.seconds < 1e7
     assert status in (200, 400)
+
+
+# --------------------------------------------------------------------------- autoscaling's length
+
+ESTIMATED = {"ogg", "mp4", "webm"}  # Ogg's length is on its last page, the others' in an index
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_the_length_from_the_first_4_kib_while_the_upload_arrives(
+    files: dict[str, Path], name: str
+) -> None:
+    """What autoscaling counts for an upload still arriving: its header's length, else an
+    estimate from the request's size (a little more than the file's) at the container's
+    typical bit rate."""
+    data = files[name].read_bytes()
+    size = len(data) + 300  # the Content-Length: the form around the file too
+    container = ENCODINGS[name][1]
+    seconds = audio_seconds_from_head(data[:FILE_HEAD], size)
+    if container in ESTIMATED:
+        assert seconds == size * 8 / TYPICAL_BITS_PER_SECOND[container]
+    else:
+        assert seconds == pytest.approx(SECONDS, abs=0.2), name
+    # Once the whole file is there, the length `check_audio` reads (Ogg's exact now).
+    whole = audio_seconds(probe(io.BytesIO(data), len(data)), len(data))
+    if container in NO_DURATION:
+        assert whole == len(data) * 8 / TYPICAL_BITS_PER_SECOND[container]
+    else:
+        assert whole == pytest.approx(SECONDS, abs=0.1), name
+
+
+def test_a_file_of_no_known_container_is_estimated_as_pcm() -> None:
+    assert audio_seconds(AudioInfo("riff"), 64_000) == 64_000 * 8 / PCM_BITS_PER_SECOND == 2.0
+    assert audio_seconds_from_head(b"not audio at all", 10_000) is None
+
+
+@given(head=st.sampled_from([b"RIFF", b"RF64", b"fLaC", b"OggS", b"ID3", b"FORM", b".snd",
+                             b"\xff\xfb", b"\xff\xf1", b""]), rest=st.binary(max_size=300),
+       size=st.integers(min_value=0, max_value=2**32))  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_any_head_gives_a_length_or_none(head: bytes, rest: bytes, size: int) -> None:
+    seconds = audio_seconds_from_head(head + rest, size)
+    assert seconds is None or seconds >= 0

@@ -80,7 +80,9 @@ def decode_rate(samples: list[DecodeSample], prior: float) -> float:
     whose requests share an endpoint each count its busy time: their sum is capped at the
     longest window, the time the endpoints were measured (busy all along)."""
     decoded = sum(s.decoded for s in samples)
-    busy = min(sum(s.busy for s in samples), max((s.window for s in samples), default=0.0))
+    busy = sum(s.busy for s in samples)
+    if sum(1 for s in samples if s.busy) > 1:
+        busy = min(busy, max(s.window for s in samples))
     return (decoded + prior * PRIOR_SECONDS) / (busy + PRIOR_SECONDS)
 
 
@@ -234,8 +236,7 @@ class Work:
         if answered:
             sample = self.sample(meter.pool)
             if sample.busy > 0:
-                rate = sample.decoded / min(sample.busy, sample.window)
-                metrics.DECODE_RATE.labels(pool=meter.pool).set(rate)
+                metrics.DECODE_RATE.labels(pool=meter.pool).set(sample.decoded / sample.busy)
 
     def sample(self, pool: str) -> DecodeSample:
         """`pool`'s decode measurement on this replica, now."""
