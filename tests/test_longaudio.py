@@ -363,3 +363,30 @@ def test_one_run_prompts_each_chunk_with_the_answer_before_it(
         ), got
     else:
         assert got == ["Glossary:"] * n, got
+
+
+def test_a_long_files_audio_counts_once_as_its_chunks_wait_and_run(recording: Recording) -> None:
+    """For autoscaling, the whole file counts until it is cut, then each chunk: queued until
+    its turn, then in flight as a request of its own; never the file and its chunks twice."""
+    worker = Behaviour(delay=0.7)
+    with serve(vllm_app([PRIMARY, "whisper-1"], worker)) as w:
+        table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [w.url])])
+        fe = Frontend(table, chunking=ChunkingSpec(max_parallel_chunks=1))
+        seen: list[tuple[float, float]] = []  # (queued, in flight) as the request runs
+        try:
+            with ThreadPoolExecutor(1) as ex:
+                answer = ex.submit(fe.post, {"model": "whisper-1", "chunking_strategy": "auto"},
+                                   recording.wav.read_bytes(), timeout=120)  # fmt: skip
+                while not answer.done():
+                    audio = fe.gateway.load.local().pools["batch"].audio
+                    assert audio.total <= recording.seconds + 1, audio  # never twice
+                    seen.append((audio.queued, audio.in_flight))
+                    time.sleep(0.05)
+                assert answer.result().status_code == 200
+            assert fe.gateway.load.local().pools["batch"].audio.total == 0
+        finally:
+            fe.running.stop()
+    # While the first chunk ran, the others waited: together, the whole file.
+    first = next((q, f) for q, f in seen if f > 0)
+    assert first[0] > 0 and first[0] + first[1] == pytest.approx(recording.seconds, abs=0.5)
+    assert len(worker.seen) >= 3

@@ -43,6 +43,7 @@ from transcription_frontend.load import (
     work_seconds,
 )
 from transcription_frontend.scaler import Trigger, parse_trigger
+from transcription_frontend.subrequest import form
 from transcription_frontend.work import PRIOR_SECONDS, DecodeSample
 
 HERE = Path(__file__).parent
@@ -463,3 +464,45 @@ def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert s.value(ref()) == 0  # still serving
     assert not math.isnan(s.value(ref()))
+
+
+def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_answered(
+    slow: tuple[Running, Behaviour],
+) -> None:
+    """The audio of an upload still arriving counts for its pool as soon as the file's
+    header has come (a request parsed slowly on a busy node is not hidden from the
+    autoscaler), then in flight at the worker; its answer measures the decode rate."""
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [slow[0].url])]))
+    backlog = "transcription_frontend_backlog_audio_seconds"
+    try:
+        wav = tone_wav(10.0)
+        body, ctype = form([("model", PRIMARY)], wav, "a.wav", "audio/wav")
+        half = len(body) // 2
+        go = threading.Event()
+
+        def upload() -> Iterator[bytes]:
+            yield body[:half]
+            go.wait(10)
+            yield body[half:]
+
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            answer = ex.submit(
+                httpx.post, f"{fe.url}/v1/audio/transcriptions", content=upload(),
+                headers={"content-type": ctype, "content-length": str(len(body))}, timeout=30,
+            )  # fmt: skip
+            wait_until(lambda: fe.metric(backlog, pool="batch", stage="arriving") == 10.0,
+                       what="the upload's 10 s counted while it arrives")  # fmt: skip
+            assert slow[1].in_flight == 0
+            go.set()
+            wait_until(lambda: slow[1].in_flight == 1, what="the request at the worker")
+            assert fe.metric(backlog, pool="batch", stage="in_flight") == 10.0
+            assert fe.metric(backlog, pool="batch", stage="arriving") == 0
+            assert answer.result(timeout=10).status_code == 200
+        assert fe.metric(backlog, pool="batch", stage="in_flight") == 0
+        # 10 s of audio in the worker's 2 s (and the hops): about 5 s a second.
+        rate = fe.metric("transcription_frontend_decode_rate", pool="batch")
+        assert 3.5 < rate <= 5.0, rate
+        decoding = fe.gateway.load.local().pools["batch"].decoding
+        assert decoding.decoded == pytest.approx(10.0, rel=0.01)
+    finally:
+        fe.running.stop()

@@ -151,6 +151,25 @@ def test_aliases_models_health_and_metrics(worker: Running, clips: dict[str, Pat
     assert 'vllm:request_success_total{finished_reason="stop",model_name="whisper-tiny.en"}' in text
 
 
+def test_the_worker_exports_what_it_decodes_a_second_while_busy(
+    worker: Running, clips: dict[str, Path]
+) -> None:
+    """audio_seconds_total over busy_seconds_total: the rate a replica decodes at, for
+    Prometheus (the frontend measures the same for every engine, for the autoscaler)."""
+    wav = next(iter(clips.values()))
+    audio, busy = metrics.AUDIO_SECONDS._value.get(), metrics.BUSY_SECONDS._value.get()
+    started = time.monotonic()
+    assert post(worker, wav).status_code == 200
+    wall = time.monotonic() - started
+    audio = metrics.AUDIO_SECONDS._value.get() - audio
+    busy = metrics.BUSY_SECONDS._value.get() - busy
+    assert 0 < busy < wall  # the model's time, not the upload's or the decoding of the file
+    assert audio > 0 and audio / busy > 1  # tiny.en: faster than real time
+    assert "# TYPE transcription_worker_busy_seconds_total counter" in httpx.get(
+        f"{worker.url}/metrics"
+    ).text
+
+
 BAD = [
     ({"model": "whisper-1"}, None, 400, "the `file` part is missing"),
     ({"model": "whisper-1"}, b"", 400, "Invalid or corrupted audio data"),
