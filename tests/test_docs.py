@@ -45,7 +45,9 @@ def test_one_security_page() -> None:
 
 
 def test_every_metric_the_frontend_and_the_worker_export_is_documented() -> None:
-    documented = set(re.findall(r"`([a-z0-9_:]+)`", (ROOT / "docs/operations/metrics.md").read_text()))
+    documented = set(
+        re.findall(r"`([a-z0-9_:]+)`", (ROOT / "docs/operations/metrics.md").read_text())
+    )
     exported = {
         m._name + ("_total" if m._type == "counter" else "")
         for module in (frontend_metrics, worker_metrics)

@@ -165,9 +165,10 @@ def test_the_worker_exports_what_it_decodes_a_second_while_busy(
     busy = metrics.BUSY_SECONDS._value.get() - busy
     assert 0 < busy < wall  # the model's time, not the upload's or the decoding of the file
     assert audio > 0 and audio / busy > 1  # tiny.en: faster than real time
-    assert "# TYPE transcription_worker_busy_seconds_total counter" in httpx.get(
-        f"{worker.url}/metrics"
-    ).text
+    assert (
+        "# TYPE transcription_worker_busy_seconds_total counter"
+        in httpx.get(f"{worker.url}/metrics").text
+    )
 
 
 BAD = [

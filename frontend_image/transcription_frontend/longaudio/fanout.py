@@ -18,8 +18,9 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
    each chunk's text as soon as it and every chunk before it are done.
 A client that disconnects cancels every chunk still running; a chunk that fails fails the
-request, naming the chunk. For autoscaling, the whole file's audio counts until it has been
-cut, then each chunk's: queued until it starts, then as a request of its own (work.py).
+request, naming the chunk. For autoscaling, the request's ticket counts the whole file's
+audio until it has been cut, then the chunks' that have not started, as queued: each one
+counts as a request of its own once it starts (work.py).
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ async def transcribe_long(
     request: TranscriptionRequest, strategy: ChunkingStrategy, needs: frozenset[Capability],
     model: str, ticket: Ticket,
 ) -> Reply:  # fmt: skip
-    """The whole answer (or stream) of a chunked request; `ticket` counts its audio until
-    its chunks do."""
+    """The whole answer (or stream) of a chunked request; `ticket` counts the audio its
+    chunks do not (yet)."""
     from ..audio.decode import CorruptAudio, decode
 
     cfg: ChunkingSpec = gw.settings.chunking
@@ -174,7 +175,6 @@ async def transcribe_long(
             decoded.close()
             raise
         span.set("transcription.chunks", len(chunks))
-    ticket.close()  # each chunk counts its own audio from here
     try:
         metrics.CHUNKED.labels(model=model).inc()
         metrics.CHUNKS.observe(len(chunks))
@@ -185,9 +185,12 @@ async def transcribe_long(
         pools = gw.router.candidates(needs, 0)
         chained = cfg.previous_text and _whisper_only(pools)
         runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller,
-                         cfg.max_parallel_chunks, chained)  # fmt: skip
-        if not isinstance(pools, NoPool):
-            runner.wait_in(pools[0].name)
+                         cfg.max_parallel_chunks, chained, ticket)  # fmt: skip
+        if isinstance(pools, NoPool):
+            ticket.close()
+        else:
+            ticket.queued(pools[0].name)  # the chunks, until each starts
+            ticket.count(runner.waiting)
         if request.stream:
             return Reply(200, sse.MEDIA_TYPE, stream=_stream(runner, decoded),
                          headers=dict(sse.HEADERS), seconds=None)  # fmt: skip
@@ -235,12 +238,13 @@ def too_long(seconds: float, limit: float) -> APIError:
 
 class _Runner:
     """The chunks of one request, at most `parallel` at a time, answers kept in order;
-    `chained`: in runs, each chunk prompted with the text of the one before it."""
+    `chained`: in runs, each chunk prompted with the text of the one before it; `ticket`
+    counts the audio of those that have not started."""
 
     def __init__(
         self, pipeline: Pipeline, gw: Any, endpoint: Capability, decoded: Decoded,
         chunks: list[Chunk], fields: list[tuple[str, str]], caller: Caller, parallel: int,
-        chained: bool = False,
+        chained: bool = False, ticket: Ticket | None = None,
     ) -> None:  # fmt: skip
         self.pipeline = pipeline
         self.gw, self.endpoint, self.decoded, self.chunks = gw, endpoint, decoded, chunks
@@ -248,18 +252,14 @@ class _Runner:
         self.firsts = {r.start for r in runs(len(chunks), parallel)} if chained else set()
         self.slots = asyncio.Semaphore(parallel)
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
-        self.waiting: list[Ticket] = [gw.work.ticket() for _ in chunks]  # until each starts
+        self.ticket = ticket
+        self.unstarted = len(chunks)
+        self.waiting = sum(c.seconds for c in chunks)  # audio seconds not started
         # The chunks' parent span: from here until the last chunk ends (`cancel`).
         self.span: Span | None = gw.tracer.start(
             "longaudio.fanout",
             {"transcription.chunks": len(chunks), "transcription.max_parallel": parallel},
         )
-
-    def wait_in(self, pool: str) -> None:
-        """Count the chunks that have not started as audio queued for `pool`."""
-        for ticket, chunk in zip(self.waiting, self.chunks, strict=True):
-            ticket.queued(pool)
-            ticket.count(chunk.seconds)
 
     def start(self) -> None:
         if not self.tasks:
@@ -284,7 +284,7 @@ class _Runner:
         }
         parent = context_of(self.span) if self.span else None
         async with self.slots:
-            self.waiting[chunk.index].close()  # its own request counts it now
+            self._started(chunk)
             with self.gw.tracer.span("longaudio.chunk", attributes, parent=parent) as span:
                 flac = await asyncio.to_thread(encode, self.decoded, chunk)
                 started = time.monotonic()
@@ -298,6 +298,16 @@ class _Runner:
             raise _Failed(_chunk_error(chunk, len(self.chunks), status, body))
         answer: dict[str, Any] = json.loads(body)
         return answer
+
+    def _started(self, chunk: Chunk) -> None:
+        """`chunk` starts: its own request counts its audio from here."""
+        self.unstarted -= 1
+        self.waiting -= chunk.seconds
+        if self.ticket is not None:
+            if self.unstarted:
+                self.ticket.count(self.waiting)
+            else:
+                self.ticket.close()
 
     def in_order(self) -> list[Awaitable[dict[str, Any]]]:
         self.start()
@@ -316,8 +326,6 @@ class _Runner:
         """Cancel the chunks still running (none once all are done), and end the span."""
         for t in self.tasks:
             t.cancel()
-        for ticket in self.waiting:
-            ticket.close()
         if self.span is not None:
             self.span.end()
             self.span = None
