@@ -20,6 +20,7 @@ from transcription_frontend.work import (
     SPILLED,
     TAU,
     Stage,
+    Ticket,
     Work,
     decode_rate,
 )
@@ -35,6 +36,14 @@ class Clock:
 
 def stages(work: Work, pool: str) -> dict[str, float]:
     return {s: work.seconds(pool, s) for s in [*Stage, SPILLED] if work.seconds(pool, s)}
+
+
+def at_worker(work: Work, seconds: float, url: str = "http://w:8000") -> Ticket:
+    """A request of `seconds` of audio, at endpoint `url` of pool batch from now."""
+    ticket = work.ticket()
+    ticket.count(seconds, "batch")
+    work.started(ticket, "batch", url, None)
+    return ticket
 
 
 def test_a_request_counts_for_its_pool_from_its_length_to_its_answer() -> None:
@@ -80,13 +89,10 @@ def test_the_busy_time_is_shared_among_the_requests_in_flight() -> None:
     each request's share is added when it ends, with its audio."""
     clock = Clock()
     work = Work(clock)
-    a, b = work.ticket(), work.ticket()
-    a.count(6, "batch")
-    b.count(4, "batch")
     start = clock.now
-    work.started(a, "batch", "http://w:8000", None)
+    a = at_worker(work, 6)
     clock.now = start + 1
-    work.started(b, "batch", "http://w:8000", None)
+    b = at_worker(work, 4)
     clock.now = start + 2  # both running: nothing counts yet (a long request lowers no rate)
     assert work.sample("batch").busy == 0 and work.sample("batch").decoded == 0
     assert decode_rate([work.sample("batch")], prior=7) == 7
@@ -111,9 +117,7 @@ def test_the_busy_time_is_shared_among_the_requests_in_flight() -> None:
 def test_the_measurement_decays_and_keeps_its_rate_then_is_forgotten() -> None:
     clock = Clock()
     work = Work(clock)
-    t = work.ticket()
-    t.count(10, "batch")
-    work.started(t, "batch", "http://w:8000", None)
+    t = at_worker(work, 10)
     clock.now += 2
     work.ended(t, answered=True)
     fresh = work.sample("batch")
@@ -128,9 +132,7 @@ def test_the_measurement_decays_and_keeps_its_rate_then_is_forgotten() -> None:
 def test_a_refused_attempt_costs_busy_time_and_decodes_nothing() -> None:
     clock = Clock()
     work = Work(clock)
-    t = work.ticket()
-    t.count(10, "batch")
-    work.started(t, "batch", "http://w:8000", None)
+    t = at_worker(work, 10)
     clock.now += 1
     work.ended(t, answered=False)  # a 503: retried elsewhere
     work.started(t, "batch", "http://v:8000", None)

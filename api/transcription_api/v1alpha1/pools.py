@@ -65,8 +65,6 @@ class AutoscalingSpec(CrdModel):
     )
     target: float | None = Field(
         default=None,
-        gt=0,
-        le=10000,
         description="Ignored: pools scale on audio-seconds (targetQueueSeconds) since "
         "requests of 2 s and 2 h are not the same work. Kept so that resources written "
         "for earlier releases still apply; remove it.",
