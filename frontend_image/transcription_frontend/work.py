@@ -8,8 +8,9 @@ been sent (a `Ticket`), at one of three stages:
   `sniff.audio_seconds_from_head`, the header's length, else an estimate from the
   Content-Length), being parsed, or (long audio) decoded and cut; counted for the pool a
   request of its kind goes to first, until it is routed;
-- queued: held while its pools have no worker (hold.py), or a long file's chunk waiting for
-  its turn (each chunk counts its own length, the whole file's none: longaudio/);
+- queued: held while its pools have no worker (hold.py), or (long audio) the chunks of the
+  file that have not started; each chunk that has counts as a request of its own
+  (longaudio/);
 - in flight: at a worker, from the first byte sent until the answer has been sent. A request
   served by a fallback pool because the pool it prefers had no ready worker counts for the
   preferred pool too (`spilled`), as `Router.spill` counts it.
