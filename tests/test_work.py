@@ -47,12 +47,11 @@ def at_worker(work: Work, seconds: float, url: str = "http://w:8000") -> Ticket:
 
 
 def test_a_request_counts_for_its_pool_from_its_length_to_its_answer() -> None:
-    work, demand = Work(), []
-    work.on_demand = demand.append
+    work = Work()
     t = work.ticket()
     assert stages(work, "batch") == {}
     t.count(30.0, "batch")  # the header, while the upload arrives
-    assert stages(work, "batch") == {"arriving": 30.0} and demand == ["batch"]
+    assert stages(work, "batch") == {"arriving": 30.0}
     t.count(29.5)  # known better once parsed: the same pool
     t.queued("batch")  # held: the pool has no worker
     assert stages(work, "batch") == {"queued": 29.5}
@@ -64,7 +63,6 @@ def test_a_request_counts_for_its_pool_from_its_length_to_its_answer() -> None:
     t.close()
     t.close()  # twice: nothing more
     assert stages(work, "batch") == stages(work, "words") == {}
-    assert demand == ["batch"]  # a new ticket for a pool is demand; its moves are not
     gauge = REGISTRY.get_sample_value(
         "transcription_frontend_backlog_audio_seconds", {"pool": "batch", "stage": "spilled"}
     )

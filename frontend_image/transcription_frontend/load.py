@@ -1,7 +1,8 @@
 """The load each pool is scaled on, summed over every frontend replica: its work in
 seconds of one replica's decoding (`work_seconds`): the audio arriving, queued and in
 flight for it (work.py), over the rate its workers decode at. The requests behind it
-(in flight at its workers, held for it) say whether it is active at all.
+(in flight at its workers, held for it, served elsewhere in its place) and its realtime
+sessions say whether it is active at all (`total`): what wakes a pool at zero.
 
 KEDA's gRPC connection reaches one replica through the frontend Service, so each replica
 answers with the total: its own load, always fresh, plus what its peers (the other
@@ -106,14 +107,6 @@ def total(reports: Iterable[LoadReport], pool: str) -> int:
     return sum(r.pools[pool].total for r in reports if pool in r.pools)
 
 
-def active(reports: list[LoadReport], pool: str) -> bool:
-    """Whether anything waits for `pool` or is at its workers: a request, an upload whose
-    audio it will get, an open realtime session."""
-    return total(reports, pool) > 0 or any(
-        r.pools[pool].audio.total > 0 for r in reports if pool in r.pools
-    )
-
-
 def work_seconds(
     reports: list[LoadReport], pool: str, target_queue_seconds: float, default_rate: float
 ) -> float:
@@ -189,7 +182,6 @@ class Load:
         self._subscribers: set[asyncio.Event] = set()
         holds.on_hold(self._demand)
         sessions.on_demand = self._demand
-        work.on_demand = self._demand
 
     def local(self) -> LoadReport:
         return LoadReport(
@@ -218,8 +210,8 @@ class Load:
 
     @contextmanager
     def demand(self) -> Iterator[asyncio.Event]:
-        """An event set whenever a request starts being held here or its audio starts
-        counting for a pool, or a realtime session starts using a pool (clear it, then read
+        """An event set whenever a request starts being held here, or a realtime session
+        starts using a pool (clear it, then read
         the load, then wait on it: no new demand is missed in between)."""
         event = asyncio.Event()
         self._subscribers.add(event)

@@ -15,11 +15,11 @@ A ScaledObject per pool points its `external-push` trigger at the frontend Servi
   frontend replica (`load.work_seconds`). KEDA's target is fixed when it reads the spec,
   so the measured rate divides the value: value / target = audio / (rate x target), the
   replicas that drain the pool's audio in `targetQueueSeconds`.
-- IsActive: anything waits for the pool or is at its workers (`load.active`).
-- StreamIsActive: the same, pushed: at once when a request starts being held here or its
-  upload starts counting for the pool (so a pool at zero is woken without waiting for
-  KEDA's polling interval), whenever it changes (looked at every `TICK_SECONDS`, peers
-  included), and again every `RESEND_SECONDS`.
+- IsActive: a request waits for the pool or is at its workers (or at a fallback's in its
+  place), or a realtime session uses it (`load.total` > 0).
+- StreamIsActive: the same, pushed: at once when a request starts being held here (so a
+  pool at zero is woken without waiting for KEDA's polling interval), whenever it changes
+  (looked at every `TICK_SECONDS`, peers included), and again every `RESEND_SECONDS`.
 
 Metadata without a `pool` or with a bad number is INVALID_ARGUMENT; a pool the route
 table does not name (yet), NOT_FOUND. Other keys (an earlier release's `target`) are
@@ -43,7 +43,7 @@ import grpc
 from transcription_api.frontend import TARGET_QUEUE_SECONDS
 
 from .externalscaler import externalscaler_pb2 as pb
-from .load import Load, active, work_seconds
+from .load import Load, total, work_seconds
 from .routing import Router
 
 log = logging.getLogger("transcription_frontend.scaler")
@@ -115,7 +115,7 @@ class ExternalScaler:
         return trigger
 
     async def _active(self, pool: str) -> bool:
-        return active(await self.load.reports(), pool)
+        return total(await self.load.reports(), pool) > 0
 
     async def is_active(self, ref: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
         trigger = await self._trigger(ref, context)

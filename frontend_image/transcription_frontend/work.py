@@ -7,7 +7,8 @@ been sent (a `Ticket`), at one of three stages:
 - arriving: its upload still streaming (counted once the file's first 4 KiB have arrived:
   `sniff.audio_seconds_from_head`, the header's length, else an estimate from the
   Content-Length), being parsed, or (long audio) decoded and cut; counted for the pool a
-  request of its kind goes to first, until it is routed;
+  request of its kind goes to first, until it is routed (its other fields may send it to
+  another: so this stage adds to a pool's metric, and wakes no pool from zero);
 - queued: held while its pools have no worker (hold.py), or (long audio) the chunks of the
   file that have not started; each chunk that has counts as a request of its own
   (longaudio/);
@@ -182,7 +183,6 @@ class Work:
         self._seconds: dict[tuple[str, str], float] = defaultdict(float)
         self._tickets: dict[tuple[str, str], int] = defaultdict(int)
         self._meters: dict[str, Meter] = {}  # by endpoint URL
-        self.on_demand: Callable[[str], None] = lambda pool: None  # set by load.Load
 
     def ticket(self) -> Ticket:
         return Ticket(self)
@@ -198,13 +198,10 @@ class Work:
         """Count `ticket` for `pool` (None: for none) at `stage`, `seconds` long."""
         if ticket.closed:
             return
-        new = ticket.pool is None and pool is not None
         self._add(ticket, -1)
         ticket.pool, ticket.stage, ticket.seconds = pool, stage, seconds
         ticket.spilled_from = spilled_from
         self._add(ticket, 1)
-        if new:
-            self.on_demand(pool)  # type: ignore[arg-type]  # `new` says it is a pool
 
     def _add(self, ticket: Ticket, sign: int) -> None:
         for key in ticket.counted():
