@@ -4,8 +4,9 @@ clock: issue 34's flapping case without a cluster (tests/test_scaling_signal.py,
 
 The frontend's own accounting runs for real: the router's in-flight counts and its choice
 of endpoint, each request's audio ticket (counted from its WAV header as the upload arrives,
-through `parse_upload`'s hook) and the decode meters (work.py), the load report and the
-scaler's metric (load.py). Around it the model plays:
+through `parse_upload`'s hook) and the decode meters (`transcription_frontend.work`), the
+load report and the scaler's metric (`transcription_frontend.load`). Around it the model
+plays:
 - the clients: each sends a request of `audio_seconds`, whose upload takes `upload` seconds
   and its parsing `parse`, waits for the answer, and sends the next;
 - the workers: one request at a time each (a sequential pool), `decode` seconds each, first

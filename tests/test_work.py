@@ -1,5 +1,6 @@
-"""Work in audio-seconds on one frontend replica (work.py): each request's ticket through its
-stages, the decode meters, and the upload hook that counts audio before the upload ends."""
+"""Work in audio-seconds on one frontend replica (`transcription_frontend.work`): each
+request's ticket through its stages, the decode meters, and the upload hook that counts
+audio before the upload ends."""
 
 from __future__ import annotations
 
