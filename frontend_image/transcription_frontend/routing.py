@@ -79,7 +79,8 @@ class Router:
             elif pool.name not in self._endpoints:
                 self._set(pool.name, [])
         for name in old.pool_names - self.catalog.pool_names:
-            self._set(name, [])
+            self._endpoints[name] = []
+            self._changed(name)  # its held requests learn it is gone
 
     def name_endpoints(self, pods: dict[str, str]) -> None:
         """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
