@@ -175,8 +175,10 @@ class Session:
     def pool(self) -> str | None:
         """The pool this session's turns go to first (its load, for autoscaling)."""
         table = self.table()
+        if table is None:
+            return None
         for needs in (self.needs(), self.needs() - {Capability.STREAM}):
-            pools = NoPool(needs) if table is None else self.gw.router.candidates(table, needs, 0)
+            pools = self.gw.router.candidates(table, needs, 0)
             if not isinstance(pools, NoPool):
                 return pools[0].name
         return None
