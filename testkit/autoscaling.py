@@ -143,7 +143,8 @@ class _Model:
         ticket = self.work.ticket()
         self.sent[ticket] = self.now
         if self.signal != Signal.AUDIO_AFTER_UPLOAD:  # the frontend's hook, on the WAV's head
-            heard = ticket.on_file_head(POOL, str(len(self.file) + 200))  # the form around it
+            ticket.expect(POOL)  # the deployment's first pool: its only one
+            heard = ticket.on_file_head(str(len(self.file) + 200))  # the form around it
             assert heard is not None
             self.at(c.upload * FILE_HEAD / len(self.file), lambda: heard(self.file[:FILE_HEAD]))
         self.at(c.upload + c.parse, lambda: self.forward(ticket))

@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from testkit.host import free_port
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import TARGET_QUEUE_SECONDS
-from transcription_api.routes import RouteTable
+from transcription_api.routes import Routes, RouteTable
 from transcription_frontend.externalscaler import externalscaler_pb2 as pb
 from transcription_frontend.externalscaler.generate import OUTPUTS, generate
 from transcription_frontend.load import (
@@ -42,7 +43,6 @@ from transcription_frontend.load import (
     work_seconds,
 )
 from transcription_frontend.scaler import Trigger, parse_trigger
-from transcription_frontend.subrequest import form
 from transcription_frontend.work import PRIOR_SECONDS, DecodeSample
 
 HERE = Path(__file__).parent
@@ -464,6 +464,44 @@ def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend
     assert not math.isnan(s.value(ref()))
 
 
+def multipart(before: list[tuple[str, str]], wav: bytes, after: list[tuple[str, str]]
+              ) -> tuple[bytes, str]:  # fmt: skip
+    """A form: `before`'s fields, the file, `after`'s fields."""
+
+    def field(k: str, v: str) -> bytes:
+        return f'--b\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+
+    file = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+            b"Content-Type: audio/wav\r\n\r\n" + wav + b"\r\n")  # fmt: skip
+    body = b"".join([*(field(k, v) for k, v in before), file, *(field(k, v) for k, v in after)])
+    return body + b"--b--\r\n", "multipart/form-data; boundary=b"
+
+
+@contextmanager
+def stalled(fe: Frontend, body: bytes, ctype: str
+            ) -> Iterator[tuple[threading.Event, concurrent.futures.Future[httpx.Response]]]:  # fmt: skip
+    """An upload of `body` whose second half waits for the event."""
+    go = threading.Event()
+
+    def upload() -> Iterator[bytes]:
+        yield body[: len(body) // 2]
+        go.wait(10)
+        yield body[len(body) // 2 :]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        answer = ex.submit(
+            httpx.post, f"{fe.url}/v1/audio/transcriptions", content=upload(),
+            headers={"content-type": ctype, "content-length": str(len(body))}, timeout=30,
+        )  # fmt: skip
+        try:
+            yield go, answer
+        finally:
+            go.set()
+
+
+BACKLOG = "transcription_frontend_backlog_audio_seconds"
+
+
 def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_answered(
     slow: tuple[Running, Behaviour],
 ) -> None:
@@ -471,24 +509,9 @@ def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_ans
     header has come (a request parsed slowly on a busy node is not hidden from the
     autoscaler), then in flight at the worker; its answer measures the decode rate."""
     fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [slow[0].url])]))
-    backlog = "transcription_frontend_backlog_audio_seconds"
     try:
-        wav = tone_wav(10.0)
-        body, ctype = form([("model", PRIMARY)], wav, "a.wav", "audio/wav")
-        half = len(body) // 2
-        go = threading.Event()
-
-        def upload() -> Iterator[bytes]:
-            yield body[:half]
-            go.wait(10)
-            yield body[half:]
-
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            answer = ex.submit(
-                httpx.post, f"{fe.url}/v1/audio/transcriptions", content=upload(),
-                headers={"content-type": ctype, "content-length": str(len(body))}, timeout=30,
-            )  # fmt: skip
-            wait_until(lambda: fe.metric(backlog, pool="batch", stage="arriving") == 10.0,
+        with stalled(fe, *multipart([("model", PRIMARY)], tone_wav(10.0), [])) as (go, answer):
+            wait_until(lambda: fe.metric(BACKLOG, pool="batch", stage="arriving") == 10.0,
                        what="the upload's 10 s counted while it arrives")  # fmt: skip
             assert slow[1].in_flight == 0
             # In the metric, not in what wakes a pool from zero: its other fields may yet
@@ -496,14 +519,52 @@ def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_ans
             assert total([fe.gateway.load.local()], "batch") == 0
             go.set()
             wait_until(lambda: slow[1].in_flight == 1, what="the request at the worker")
-            assert fe.metric(backlog, pool="batch", stage="in_flight") == 10.0
-            assert fe.metric(backlog, pool="batch", stage="arriving") == 0
+            assert fe.metric(BACKLOG, pool="batch", stage="in_flight") == 10.0
+            assert fe.metric(BACKLOG, pool="batch", stage="arriving") == 0
             assert answer.result(timeout=10).status_code == 200
-        assert fe.metric(backlog, pool="batch", stage="in_flight") == 0
+        assert fe.metric(BACKLOG, pool="batch", stage="in_flight") == 0
         # 10 s of audio in the worker's 2 s (and the hops): about 5 s a second.
         rate = fe.metric("transcription_frontend_decode_rate", pool="batch")
         assert 3.5 < rate <= 5.0, rate
         decoding = fe.gateway.load.local().pools["batch"].decoding
         assert decoding.decoded == pytest.approx(10.0, rel=0.01)
+    finally:
+        fe.running.stop()
+
+
+def test_behind_a_gateway_an_upload_counts_for_the_deployment_its_model_names(
+    slow: tuple[Running, Behaviour],
+) -> None:
+    """Many deployments behind one frontend: an upload counts for the first pool of the
+    deployment its `model` names, from its header when `model` comes first, and from the
+    `model` field when it comes after the file."""
+    tables = [
+        RouteTable(model=name, deployment=f"speech/{name}", namespace="speech",
+                   pools=[pool(f"{name}/batch", [slow[0].url]).model_copy(
+                       update={"worker_model": PRIMARY})])  # the stand-in's name
+        for name in ("whisper", "tiny")
+    ]  # fmt: skip
+    fe = Frontend(Routes(deployments=tables))
+
+    def arriving() -> dict[str, float]:
+        return {p: fe.metric(BACKLOG, pool=p, stage="arriving")
+                for p in ("whisper/batch", "tiny/batch")}  # fmt: skip
+
+    try:
+        body = multipart([("model", "tiny")], tone_wav(6.0), [])
+        with stalled(fe, *body) as (go, answer):
+            wait_until(lambda: arriving() == {"whisper/batch": 0, "tiny/batch": 6.0},
+                       what="the upload counted for tiny")  # fmt: skip
+            go.set()
+            assert answer.result(timeout=10).status_code == 200
+        body = multipart([], tone_wav(6.0), [("model", "whisper")])
+        with stalled(fe, *body) as (go, answer):
+            time.sleep(0.3)  # its header has arrived; which deployment it goes to, not yet
+            assert arriving() == {"whisper/batch": 0, "tiny/batch": 0}
+            go.set()
+            assert answer.result(timeout=10).status_code == 200
+        assert fe.gateway.load.local().pools["whisper/batch"].decoding.decoded == pytest.approx(
+            6.0, rel=0.01
+        )
     finally:
         fe.running.stop()

@@ -165,7 +165,9 @@ def test_the_file_head_is_handed_out_once_as_soon_as_it_has_arrived() -> None:
     chunks, ctype = form(wav)
     heads: list[bytes] = []
     seen: list[int] = []
-    upload = asyncio.run(parse_upload(feed(chunks, seen, heads), ctype, 10**7, heads.append))
+    upload = asyncio.run(
+        parse_upload(feed(chunks, seen, heads), ctype, 10**7, on_file_head=heads.append)
+    )
     assert heads == [wav[:FILE_HEAD]]
     # Handed out within the first few chunks, long before the upload ended.
     assert seen.index(1) <= FILE_HEAD // 1000 + 2 < len(chunks) // 10
@@ -176,10 +178,10 @@ def test_a_file_shorter_than_the_head_is_handed_out_whole_and_a_refused_one_neve
     short = tone_wav(0.05)
     chunks, ctype = form(short)
     heads: list[bytes] = []
-    asyncio.run(parse_upload(feed(chunks, [], heads), ctype, 10**7, heads.append))
+    asyncio.run(parse_upload(feed(chunks, [], heads), ctype, 10**7, on_file_head=heads.append))
     assert heads == [short]
     big, ctype = form(tone_wav(10.0))
     heads.clear()
     with pytest.raises(APIError, match="too large"):
-        asyncio.run(parse_upload(feed(big, [], heads), ctype, 2000, heads.append))
+        asyncio.run(parse_upload(feed(big, [], heads), ctype, 2000, on_file_head=heads.append))
     assert heads == []  # over the limit before 4 KiB had arrived

@@ -195,7 +195,7 @@ class Load:
                     audio=self.audio(p.name),
                     decoding=self.work.sample(p.name),
                 )
-                for p in self.router.table.pools
+                for p in self.router.catalog.pools
             },
         )
 

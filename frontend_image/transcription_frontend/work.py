@@ -7,8 +7,9 @@ been sent (a `Ticket`), at one of three stages:
 - arriving: its upload still streaming (counted once the file's first 4 KiB have arrived:
   `sniff.audio_seconds_from_head`, the header's length, else an estimate from the
   Content-Length), being parsed, or (long audio) decoded and cut; counted for the pool a
-  request of its kind goes to first, until it is routed (its other fields may send it to
-  another: so this stage adds to a pool's metric, and wakes no pool from zero);
+  plain request to the deployment it names goes to first, until it is routed (its other
+  fields may send it to another: so this stage adds to a pool's metric, and wakes no pool
+  from zero);
 - queued: held while its pools have no worker (hold.py), or (long audio) the chunks of the
   file that have not started; each chunk that has counts as a request of its own
   (longaudio/);
@@ -153,17 +154,20 @@ class Ticket:
         self.work.move(self, pool or self.pool, self.stage, max(seconds, MIN_SECONDS),
                        self.spilled_from)  # fmt: skip
 
-    def on_file_head(self, pool: str | None, content_length: str | None
-                     ) -> Callable[[bytes], None] | None:  # fmt: skip
-        """What counts an upload for `pool` while it arrives, from its file's first bytes
-        (`parse_upload`'s `on_file_head`); None without a pool or a Content-Length."""
-        if pool is None or not content_length or not content_length.isdigit():
+    def expect(self, pool: str | None) -> None:
+        """Count its audio (if known yet) for `pool`, the pool it is likely to go to."""
+        self.work.move(self, pool, self.stage, self.seconds, self.spilled_from)
+
+    def on_file_head(self, content_length: str | None) -> Callable[[bytes], None] | None:
+        """What counts an upload while it arrives, from its file's first bytes
+        (`parse_upload`'s `on_file_head`); None without a Content-Length."""
+        if not content_length or not content_length.isdigit():
             return None
 
         def heard(head: bytes) -> None:
             seconds = audio_seconds_from_head(head, int(content_length))
             if seconds is not None:
-                self.count(seconds, pool)
+                self.count(seconds)
 
         return heard
 
