@@ -114,7 +114,7 @@ def _condition(type_: str) -> str:
     return f'.status.conditions[?(@.type=="{type_}")]'
 
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
     # Why not: Unschedulable, ImagePullBackOff, CrashLoopBackOff, NoCapacity, ...
     {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
@@ -134,7 +134,7 @@ PRINTER_COLUMNS = [
 ]
 
 
-GATEWAY_PRINTER_COLUMNS = [
+GATEWAY_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
     {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
     # Deployments routed/selected.
