@@ -46,7 +46,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def reconcile(self, namespace: str, name: str) -> Result:
+    def reconcile(self, kind: str, namespace: str, name: str) -> Result:
+        assert kind == KIND
         self.calls.append((namespace, name))
         return Result("unchanged")
 
@@ -88,7 +89,7 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         # Standing by: events fill the cache and the queue, nothing is reconciled.
         for name in ("a", "b"):
             rt.cache.put(td(name))
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await settle()
         assert recorder.calls == [] and metrics.LEADER._value.get() == 0
         # Elected: every known resource at once, not only those with a queued event.
@@ -99,7 +100,7 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         assert metrics.LEADER._value.get() == 1
         # The lease lapses: the very next key waits, even before the loop says so.
         election.leading = False
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await settle()
         assert len(recorder.calls) == 2
         manager._stopped_leading()
@@ -129,7 +130,7 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
         order: list[str] = []
 
         class Slow(Recorder):
-            def reconcile(self, namespace: str, name: str) -> Result:
+            def reconcile(self, kind: str, namespace: str, name: str) -> Result:
                 time.sleep(0.3)
                 order.append("reconciled")
                 return Result("unchanged")
@@ -137,7 +138,7 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
         rt.reconciler = Slow()  # type: ignore[assignment]
         manager._started_leading()
         worker = asyncio.create_task(manager._worker(0))
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await asyncio.sleep(0.05)
         assert rt.in_flight == 1
         await manager._hand_over(election)  # type: ignore[arg-type]
@@ -219,7 +220,7 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         await asyncio.sleep(0.3)
         assert rt.cache.get("Service", "ns", "w-scaler") is None
         assert rt.cache.get("Service", "ns", "w") is not None
-        assert await asyncio.wait_for(rt.queue.get(), 1) == ("ns", "w")
+        assert await asyncio.wait_for(rt.queue.get(), 1) == (KIND, "ns", "w")
         relister.cancel()
         await asyncio.gather(relister, return_exceptions=True)
 
