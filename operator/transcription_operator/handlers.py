@@ -13,6 +13,7 @@ Importing this module registers the handlers with kopf.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -144,15 +145,20 @@ def watch_namespaces() -> None:
     kopf.on.event("", "v1", NAMESPACE.plural, id="watch-namespaces")(namespace_event)
 
 
+def child_seen(kind: Kind, event_type: str | None, body: Mapping[str, Any]) -> None:
+    """A child's watch event: record it, and enqueue its resource if it is news."""
+    obj, news = manager.RUNTIME.remember(kind.kind, kind.api_version, event_type, body)
+    owner = owner_of(obj)
+    if owner and news:
+        manager.RUNTIME.enqueue(owner, kind.kind)
+
+
 def _register_child(kind: Kind) -> None:
     group, _, version = kind.api_version.rpartition("/")
     plural = kind.plural
 
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj, news = manager.RUNTIME.remember(kind.kind, kind.api_version, event.get("type"), body)
-        owner = owner_of(obj)
-        if owner and news:
-            manager.RUNTIME.enqueue(owner, kind.kind)
+        child_seen(kind, event.get("type"), body)
 
     child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(

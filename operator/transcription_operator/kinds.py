@@ -63,7 +63,8 @@ CHILDREN: tuple[Kind, ...] = (
     Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors", optional=True),
 )
 RESOURCE = Kind(API_VERSION, KIND, PLURAL, READ)
-GATEWAY = Kind(API_VERSION, GATEWAY_KIND, GATEWAY_PLURAL, READ)
+# Optional: a cluster whose CRDs predate it lists none (and the operator still starts).
+GATEWAY = Kind(API_VERSION, GATEWAY_KIND, GATEWAY_PLURAL, READ, optional=True)
 RESOURCES = (RESOURCE, GATEWAY)  # the kinds the operator reconciles
 RESOURCE_KIND_NAMES = frozenset(k.kind for k in RESOURCES)
 # A gateway's `namespaces.from: Selector` matches namespaces by their labels: read-only, and
