@@ -167,6 +167,8 @@ class Runtime:
             log.info("reconciled %s %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
         if result.requeue_after:
             self.enqueue(key, "requeue", delay=result.requeue_after)
+        for other in result.enqueue:
+            self.enqueue(other, "status")
 
 
 RUNTIME = Runtime()

@@ -90,6 +90,12 @@ class Result:
     writes: int = 0
     requeue_after: float | None = None
     messages: list[str] = field(default_factory=list)
+    status_changed: bool = False
+    # Other resources to reconcile now, as their status follows this one's (the watch's echo
+    # of the operator's own write is no news): the gateways that select a deployment whose
+    # status changed (they copy its Ready), the deployments a gateway selects or selected
+    # when its status changed (a conflict or a refusal came or went).
+    enqueue: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def missing_api(manifest: dict[str, Any]) -> tuple[str, str]:
@@ -120,7 +126,8 @@ class Reconciler:
         # Whether the operator reads namespaces (their labels, for gateways that select
         # namespaces by label): only when it watches every namespace.
         self.cluster_wide = cluster_wide
-        self._parsed: dict[tuple[str, str], Candidate] = {}  # (uid, resourceVersion) ->
+        # Deployments as parsed, by (namespace, name, uid, resourceVersion).
+        self._parsed: dict[tuple[str, ...], Candidate] = {}
 
     def reconcile(self, kind: str, namespace: str, name: str) -> Result:
         if kind == GATEWAY_KIND:
@@ -164,6 +171,8 @@ class Reconciler:
         status = compute_status(td, the_plan, observed, self.cfg, now_rfc3339())
         report_metrics(td, the_plan, status)
         result = self._report(body, status, observed.problems, writes)
+        if result.status_changed:
+            result.enqueue = [(GATEWAY_KIND, g.namespace, g.name) for g, _ in verdicts]
         if _loading(status):
             # The elapsed time in the message moves once a minute without any event.
             result.requeue_after = min(result.requeue_after or LOADING_RECHECK, LOADING_RECHECK)
@@ -194,7 +203,13 @@ class Reconciler:
         observed.pods = self.pods.of(namespace, name)
         observed.events = self.pods.events(observed.pods)
         status = gateway_status(gw, selection, observed, self.cfg, now_rfc3339())
+        listed = (body.get("status") or {}).get("deployments") or []
         result = self._report(body, status, observed.problems, writes)
+        if result.status_changed:
+            # Whom it routes, or refuses, changed: their status says so (or said so).
+            before = {(d["namespace"], d["name"]) for d in listed}
+            after = {(v.namespace, v.name) for v in selection.verdicts}
+            result.enqueue = [(TD_KIND, ns, n) for ns, n in sorted(before | after)]
         if transient:
             raise RetryLater("; ".join(transient))
         return result
@@ -205,7 +220,7 @@ class Reconciler:
         """The deployment a cached body holds (or why it cannot be read), parsed once per
         version of it."""
         meta = body["metadata"]
-        key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+        key = tuple(str(meta.get(k)) for k in ("namespace", "name", "uid", "resourceVersion"))
         parsed = self._parsed.get(key)
         if parsed is None:
             try:
@@ -315,7 +330,8 @@ class Reconciler:
         outcome = "degraded" if degraded else ("applied" if writes else "unchanged")
         # Missing Secrets are not watched: look again in a minute (not a retry storm).
         requeue = 60.0 if problems else None
-        return Result(outcome, writes, requeue, [m for _, m in problems])
+        changed = _without_kopf(old) != new
+        return Result(outcome, writes, requeue, [m for _, m in problems], changed)
 
     def _prune(self, children: list[dict[str, Any]], desired: list[dict[str, Any]]) -> int:
         """Delete the owner's managed children that are no longer desired."""
