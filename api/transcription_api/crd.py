@@ -114,39 +114,37 @@ def _condition(type_: str) -> str:
     return f'.status.conditions[?(@.type=="{type_}")]'
 
 
+# Columns both kinds show: Ready, its reason (why not: Unschedulable, ImagePullBackOff,
+# CrashLoopBackOff, NoCapacity, NameConflict, ...), the age and, with -o wide, its message.
+READY = {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"}
+REASON = {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"}
+AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+MESSAGE = {
+    "name": "Message",
+    "type": "string",
+    "jsonPath": _condition("Ready") + ".message",
+    "priority": 1,
+}
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
-    # Why not: Unschedulable, ImagePullBackOff, CrashLoopBackOff, NoCapacity, ...
-    {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
+    READY,
+    REASON,
     {"name": "Engine", "type": "string", "jsonPath": ".spec.engine"},
     {"name": "Pools", "type": "string", "jsonPath": ".status.readyPools"},
     # Worker replicas ready/desired across the pools.
     {"name": "Replicas", "type": "string", "jsonPath": ".status.workerReplicas"},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {
-        "name": "Message",
-        "type": "string",
-        "jsonPath": _condition("Ready") + ".message",
-        "priority": 1,
-    },
+    AGE,
+    MESSAGE,
 ]
-
-
 GATEWAY_PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
-    {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
+    READY,
+    REASON,
     # Deployments routed/selected.
     {"name": "Deployments", "type": "string", "jsonPath": ".status.routedDeployments"},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {
-        "name": "Message",
-        "type": "string",
-        "jsonPath": _condition("Ready") + ".message",
-        "priority": 1,
-    },
+    AGE,
+    MESSAGE,
 ]
 
 

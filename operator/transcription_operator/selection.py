@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from transcription_api.schema import NamedByMetadata
 from transcription_api.v1alpha1 import NamespacesFrom, TranscriptionDeployment, TranscriptionGateway
 
 from .names import GatewayRef
@@ -31,19 +32,11 @@ REFUSALS = (NAME_CONFLICT, NOT_PERMITTED, INVALID_SPEC)
 
 
 @dataclass(frozen=True)
-class Invalid:
+class Invalid(NamedByMetadata):
     """A deployment whose spec cannot be read: its metadata, and why."""
 
     metadata: dict[str, Any]
     message: str
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace", "default"))
 
 
 Candidate = TranscriptionDeployment | Invalid

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from ..schema import CrdModel
+from ..schema import CrdModel, NamedByMetadata
 from .containers import DNS_SUBDOMAIN, EnvVar, ImagesSpec, PodOverrides, ResourcesSpec, SecretKeyRef
 from .frontend import FrontendServiceSpec, FrontendSpec, ServiceType
 from .gateway import (
@@ -165,7 +165,7 @@ SHORT_NAMES = ["tdeploy"]
 MAX_NAME = 30  # metadata.name; children are named <name>-<pool> and must fit a DNS label
 
 
-class TranscriptionDeployment(CrdModel):
+class TranscriptionDeployment(NamedByMetadata, CrdModel):
     """A speech-to-text service: worker pools, an OpenAI-compatible frontend and routing."""
 
     api_version: Literal["transcription.dev/v1alpha1"] = Field(
@@ -181,11 +181,3 @@ class TranscriptionDeployment(CrdModel):
     )
 
     model_config = ConfigDict(extra="ignore")
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace", "default"))

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ..schema import CrdModel, Rule, broken, validations
+from ..schema import CrdModel, NamedByMetadata, Rule, broken, validations
 from .containers import FrontendImage, PodOverrides, PullPolicy, PullSecrets
 from .frontend import FrontendSpec
-from .observability import TracingSpec
+from .observability import Tracing
 from .spec import ScalerFrom
 from .status import Condition, FrontendStatus
 
@@ -184,10 +184,7 @@ class TranscriptionGatewaySpec(CrdModel):
     pod: PodOverrides = Field(
         default_factory=PodOverrides, description="Pod-level overrides of the frontend's pods."
     )
-    tracing: TracingSpec = Field(
-        default_factory=TracingSpec,
-        description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
-    )
+    tracing: Tracing
 
     @model_validator(mode="after")
     def _cross_field(self) -> TranscriptionGatewaySpec:
@@ -242,7 +239,7 @@ class TranscriptionGatewayStatus(CrdModel):
     endpoint: str | None = Field(default=None, description="URL of the frontend Service.")
 
 
-class TranscriptionGateway(CrdModel):
+class TranscriptionGateway(NamedByMetadata, CrdModel):
     """One OpenAI-compatible endpoint in front of many TranscriptionDeployments: a frontend
     that routes each request by its model name."""
 
@@ -257,11 +254,3 @@ class TranscriptionGateway(CrdModel):
     status: TranscriptionGatewayStatus | None = Field(default=None, description="Observed state.")
 
     model_config = ConfigDict(extra="ignore")
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace", "default"))

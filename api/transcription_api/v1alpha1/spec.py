@@ -14,7 +14,7 @@ from ..schema import CrdModel, KubeObject, Rule, broken, validations
 from .containers import DNS_SUBDOMAIN, ImagesSpec, PodOverrides
 from .frontend import FrontendSpec
 from .model import MODEL_RULES, ModelSpec
-from .observability import MonitoringSpec, TracingSpec
+from .observability import MonitoringSpec, Tracing
 from .pools import AUTOSCALING_RULES, POOL_RULES, AutoSplitSpec, PoolSpec, TrafficSpec
 
 MAX_POOLS = 8
@@ -170,10 +170,7 @@ class TranscriptionDeploymentSpec(CrdModel):
     )
     images: ImagesSpec = Field(default_factory=ImagesSpec, description="Container images.")
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Pod-level overrides.")
-    tracing: TracingSpec = Field(
-        default_factory=TracingSpec,
-        description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
-    )
+    tracing: Tracing
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec,
         description="Prometheus: a PodMonitor for this resource's pods (off by default).",
