@@ -9,11 +9,12 @@ Each condition carries `observedGeneration`; `lastTransitionTime` only moves whe
 status of the condition changes, so a steady resource gets an identical status and the
 operator writes nothing.
 
-`Ready` means "a request of every declared kind would be served now": a ready frontend,
-and for each kind a pool covering it with a ready replica, old or new (or one at zero,
-which wakes on demand). So it stays True while old replicas serve through a rollout,
-stuck or not, as a Deployment stays Available. The rest says where the rollout stands;
-exactly one of three states holds:
+`Ready` means "a request of every declared kind would be served now": a ready frontend
+(without one of its own, `spec.frontend.enabled: false`, a gateway that routes it; else
+NotRouted, a failure), and for each kind a pool covering it with a ready replica, old or
+new (or one at zero, which wakes on demand). So it stays True while old replicas serve
+through a rollout, stuck or not, as a Deployment stays Available. The rest says where the
+rollout stands; exactly one of three states holds:
 - *failed* (something needs a human: a missing Secret, traffic no pool covers, no replica
   for a declared endpoint, a spec finding, pods that crash-loop or cannot pull their image,
   a rollout past its Deployment's progressDeadlineSeconds): Degraded=Stalled=True,
@@ -478,7 +479,9 @@ def status_events(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, s
             out.append((kind, nr["reason"], f"{what}: {text}"))
 
     routing = routing_events(old.get("gateways", []), new.get("gateways", []), "gateway ")
-    routing += routing_events(old.get("deployments", []), new.get("deployments", []), "")
+    # A gateway's routed entries carry the deployment's own Ready reason: not a refusal.
+    refused = [e for e in new.get("deployments", []) if not e["routed"]]
+    routing += routing_events(old.get("deployments", []), refused, "")
     out += routing
     posted = pod_reasons | {reason for _, reason, _ in routing}
     degraded = after.get("Degraded") or {}
