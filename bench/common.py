@@ -60,10 +60,10 @@ class Proc:
             return f.read().decode(errors="replace")
 
     def rss_kib(self) -> int:
-        return _status_kib(self.proc.pid, "VmRSS")
+        return host.status_kib(self.proc.pid, "VmRSS")
 
     def peak_kib(self) -> int:
-        return _status_kib(self.proc.pid, "VmHWM")
+        return host.status_kib(self.proc.pid, "VmHWM")
 
     def reset_peak(self) -> None:
         """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs)."""
@@ -87,13 +87,6 @@ def frontend_proc(route_file: Path, port: int, name: str, **settings: Any) -> Pr
     env = {SETTINGS_ENV: local_settings(port, **settings).to_env()}
     return Proc([PY, "-m", "transcription_frontend.main", "--routes", str(route_file),
                  "--log-level", "warning"], f"http://127.0.0.1:{port}/health", name, env=env)  # fmt: skip
-
-
-def _status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 def pct(values: Sequence[float], q: float) -> float:

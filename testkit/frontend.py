@@ -15,7 +15,7 @@ from testkit.audio import tone_wav
 from testkit.standins import TRANSFORMERS, VLLM, Running, recording, start
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.frontend import FrontendSettings
-from transcription_api.routes import PoolRoute, RouteTable
+from transcription_api.routes import PoolRoute, Routes, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
 from transcription_frontend.tracing import Tracer
@@ -42,14 +42,19 @@ def in_process(**settings: Any) -> FrontendSettings:
 
 
 class Frontend:
-    """The gateway on `table`, with `settings` (fields of `FrontendSettings`) and API keys
-    from `keys`; no scaler and no internal port unless the settings say so."""
+    """The gateway on `table` (one deployment's, or a gateway's `Routes`), with `settings`
+    (fields of `FrontendSettings`) and API keys from `keys`; no scaler and no internal port
+    unless the settings say so. With `table_path`, the table is written there and re-read
+    when it changes, as the operator's ConfigMap is."""
 
-    def __init__(self, table: RouteTable, keys: Path | None = None, tracer: Tracer | None = None,
+    def __init__(self, table: RouteTable | Routes, keys: Path | None = None,
+                 tracer: Tracer | None = None, table_path: Path | None = None,
                  **settings: Any) -> None:  # fmt: skip
         self.settings = in_process(api_keys_path=keys, **settings)
         self.router = Router(table, policy=self.settings.balancer.value)
-        self.gateway = Gateway(router=self.router, settings=self.settings,
+        if table_path is not None:
+            table_path.write_text(table.dumps())
+        self.gateway = Gateway(router=self.router, settings=self.settings, table_path=table_path,
                                tracer=tracer or Tracer())  # fmt: skip
         self.running: Running = start(create_app(self.gateway))
         self.url = self.running.url

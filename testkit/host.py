@@ -1,5 +1,5 @@
 """This machine: a free local port, and its processes as /proc shows them (command
-lines, CPU time, whether alive).
+lines, CPU time, memory, whether alive).
 
 Only the standard library is used: the test bed imports this before the virtual environment
 exists.
@@ -50,6 +50,15 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kib(pid: int, key: str) -> int:
+    """A memory figure of `/proc/<pid>/status` in KiB (VmRSS: resident now; VmHWM: its peak,
+    which writing 5 to `/proc/<pid>/clear_refs` resets to VmRSS); 0 if absent."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
 
 
 def alive(pid: int) -> bool:

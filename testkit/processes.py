@@ -14,7 +14,7 @@ import httpx
 
 from testkit.host import free_port
 from transcription_api.frontend import SETTINGS_ENV, FrontendSettings
-from transcription_api.routes import RouteTable
+from transcription_api.routes import Routes, RouteTable
 
 BIN = Path(sys.executable).parent
 
@@ -59,7 +59,7 @@ def local_settings(port: int, **settings: Any) -> FrontendSettings:
     return FrontendSettings(**{**local, **settings})
 
 
-def frontend(table: RouteTable, d: Path, args: list[str] | None = None, ready: str = "/ready",
+def frontend(table: RouteTable | Routes, d: Path, args: list[str] | None = None, ready: str = "/ready",
              **settings: Any) -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
     """The frontend's process on `table`, with `settings` (fields of `FrontendSettings`, in
     its environment variable as the operator passes them) and more command-line `args`,

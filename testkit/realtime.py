@@ -141,6 +141,25 @@ async def transcribe_turns(base_url: str, audio: bytes, turns: int, *, vad: bool
                 task.cancel()
 
 
+def refusal(url: str, **kw: Any) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """A WebSocket upgrade the server refuses: its HTTP status, headers and JSON body
+    (`websockets.connect`'s keywords: headers, subprotocols)."""
+    import asyncio
+    import json
+
+    import websockets
+
+    async def connect() -> tuple[int, dict[str, str], dict[str, Any]]:
+        try:
+            async with websockets.connect(url, **kw):
+                raise AssertionError("the upgrade was accepted")
+        except websockets.InvalidStatus as e:
+            r = e.response
+            return r.status_code, dict(r.headers), json.loads(r.body or b"{}")
+
+    return asyncio.run(connect())
+
+
 def transcripts(events: list[Any]) -> list[str]:
     """The completed turns' transcripts, in the order their items were committed."""
     order = [e.item_id for e in events if e.type == "input_audio_buffer.committed"]

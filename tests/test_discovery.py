@@ -57,8 +57,8 @@ def test_route_table_file_is_reloaded_when_it_changes(tmp_path: Path) -> None:
     new.write_text(table("a", "b", aliases=("whisper-1",)).dumps())
     os.replace(new, path)
     assert watcher.check()
-    assert [p.name for p in router.table.pools] == ["a", "b"]
-    assert router.table.resolve("whisper-1") == "m"
+    assert [p.name for p in router.catalog.pools] == ["a", "b"]
+    assert router.catalog.resolve("whisper-1").model == "m"
 
 
 def test_an_invalid_route_table_keeps_the_previous_one(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_an_invalid_route_table_keeps_the_previous_one(tmp_path: Path) -> None:
     path.write_text("{not json")
     os.utime(path, ns=(1, 1))
     assert not watcher.check()
-    assert [p.name for p in router.table.pools] == ["a"]
+    assert [p.name for p in router.catalog.pools] == ["a"]
 
 
 def conditions_slice(

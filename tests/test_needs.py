@@ -114,7 +114,7 @@ def test_operator_and_frontend_agree_on_every_request() -> None:
         declared = {Capability(f) for f in spec["traffic"]["features"]}
         for endpoint, needs in REQUESTS:
             operator_covers = the_plan.serves(needs)
-            frontend_routes = isinstance(router.candidates(needs, size=1024), list)
+            frontend_routes = isinstance(router.candidates(table, needs, size=1024), list)
             assert operator_covers == frontend_routes, (spec, sorted(needs))
             key = (td.spec.model.family, endpoint, frontend_routes)
             routed[key] = routed.get(key, 0) + 1

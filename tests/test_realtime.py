@@ -19,7 +19,7 @@ import websockets
 
 from testkit.audio import SENTENCES, wer
 from testkit.frontend import PRIMARY, Frontend, pool
-from testkit.realtime import appends, conversation, pcm, server_event, silence, until
+from testkit.realtime import appends, conversation, pcm, refusal, server_event, silence, until
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import FrontendLimits
@@ -261,27 +261,15 @@ def test_clear_drops_the_buffer(standin: tuple[Frontend, Behaviour], speech_dir:
 # ---- before the upgrade: intent, keys, limits
 
 
-def _refusal(url: str, **kw: Any) -> tuple[int, dict[str, str], dict[str, Any]]:
-    async def connect() -> tuple[int, dict[str, str], dict[str, Any]]:
-        try:
-            async with websockets.connect(url, **kw):
-                raise AssertionError("the upgrade was accepted")
-        except websockets.InvalidStatus as e:
-            r = e.response
-            return r.status_code, dict(r.headers), json.loads(r.body or b"{}")
-
-    return run(connect())
-
-
 def test_a_connection_without_the_transcription_intent_is_refused(
     standin: tuple[Frontend, Behaviour],
 ) -> None:
     fe, _ = standin
-    status, _, body = _refusal(ws_url(fe, "model=whisper-1"))
+    status, _, body = refusal(ws_url(fe, "model=whisper-1"))
     assert status == 400 and body["error"]["param"] == "intent"
-    status, _, body = _refusal(ws_url(fe).replace("/v1/realtime", "/v1/elsewhere"))
+    status, _, body = refusal(ws_url(fe).replace("/v1/realtime", "/v1/elsewhere"))
     assert status == 404 and body["error"]["code"] == "unknown_url"
-    status, _, body = _refusal(ws_url(fe, "intent=transcription&model=gpt-9"))
+    status, _, body = refusal(ws_url(fe, "intent=transcription&model=gpt-9"))
     assert status == 404 and body["error"]["param"] == "model"
 
 
@@ -293,11 +281,11 @@ def test_keys_apply_to_the_websocket_header_and_subprotocol(
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
     fe = Frontend(table, keys=keys)
     try:
-        status, _, body = _refusal(ws_url(fe))
+        status, _, body = refusal(ws_url(fe))
         assert status == 401 and body["error"]["code"] == "invalid_api_key"
-        status, _, _ = _refusal(ws_url(fe), additional_headers={"Authorization": "Bearer sk-bad"})
+        status, _, _ = refusal(ws_url(fe), additional_headers={"Authorization": "Bearer sk-bad"})
         assert status == 401
-        status, _, body = _refusal(ws_url(fe, "intent=transcription&model=whisper-1"),
+        status, _, body = refusal(ws_url(fe, "intent=transcription&model=whisper-1"),
                                    additional_headers={"Authorization": "Bearer sk-scoped"})  # fmt: skip
         assert status == 403
 

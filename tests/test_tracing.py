@@ -261,8 +261,9 @@ def test_a_refused_request_is_traced_with_its_status_not_as_a_server_error(
     assert root.attributes["http.response.status_code"] == 404
     assert root.attributes["transcription.error.code"] == "model_not_found"
     assert root.status != 2  # a client's mistake is not the server's error
-    parse = one(spans, "parse")
-    assert parse.attributes["error.type"] == "404" and parse.status != 2
+    # Refused at the form's `model` field, while the body is received (before its file).
+    receive = one(spans, "receive")
+    assert receive.attributes["error.type"] == "404" and receive.status != 2
     assert not worker[1].seen
 
 

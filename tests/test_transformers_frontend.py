@@ -89,7 +89,7 @@ def test_the_worker_gets_its_own_model_name_and_only_fields_it_accepts(
     assert sorted(fields) == sorted([
         ("model", WORKER_MODEL), ("language", "en"), ("prompt", "Hi."), ("temperature", "0.2")])  # fmt: skip
     # An array field goes without the SDK's `[]` (`include[]` is a 422 for transformers).
-    assert adapter(alone.router.table.pools[0]).field_name("include[]") == "include"
+    assert adapter(alone.router.catalog.pools[0]).field_name("include[]") == "include"
 
 
 def test_a_field_transformers_refuses_is_a_400_naming_it(

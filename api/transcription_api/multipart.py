@@ -6,12 +6,16 @@ The request body is fed chunk by chunk into python-multipart's push parser. Form
 gateway forwards the same bytes. The size limit is checked on every chunk, so an oversize
 upload is refused as soon as it crosses the limit. The gateway and the CPU worker both
 read their forms here (python-multipart comes with their extras).
+
+A reader told of each field as it is parsed (`on_field`), before any part after it is read,
+can refuse the request there (the gateway routes by `model`: an unknown one is answered
+without reading the file that follows it) or lower the limit for the rest of the upload.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -67,6 +71,19 @@ class Upload:
             self.file.close()
 
 
+@dataclass(frozen=True)
+class Limit:
+    """An upload limit, and the error that refuses a file past it."""
+
+    bytes: int
+    error: APIError
+
+
+# Told of each form field (name, value) as it is parsed: may raise APIError to refuse the
+# request there, or return a lower limit for the file (already read, or still to come).
+OnField = Callable[[str, str], Limit | None]
+
+
 class _Part:
     def __init__(self) -> None:
         self.headers: dict[str, str] = {}
@@ -107,10 +124,13 @@ def check_length(content_length: str | None, limit: int) -> None:
 
 
 async def parse_upload(
-    stream: AsyncIterator[bytes], content_type: str | None, limit: int
-) -> Upload:
-    """Parse a multipart body from `stream`; raise APIError (400/413) on bad input."""
+    stream: AsyncIterator[bytes], content_type: str | None, limit: int,
+    on_field: OnField | None = None,
+) -> Upload:  # fmt: skip
+    """Parse a multipart body from `stream`; raise APIError (400/413) on bad input, or the
+    one `on_field` raises."""
     upload = Upload()
+    cap = Limit(limit, too_large(limit))
     part: _Part | None = None
     header_field = bytearray()
     header_value = bytearray()
@@ -153,8 +173,8 @@ async def parse_upload(
         part.size += n
         if part.name == "file" and upload.file is not None and not errors:
             upload.size += n
-            if upload.size > limit:
-                errors.append(too_large(limit))
+            if upload.size > cap.bytes:
+                errors.append(cap.error)
                 return
             upload.file.write(data[start:end])
         elif part.name != "file":
@@ -181,6 +201,22 @@ async def parse_upload(
                 errors.append(
                     bad_request(f"form field `{part.name}` is not UTF-8", param=part.name)
                 )
+                return
+            if on_field is not None and not errors:
+                field_read(*upload.fields[-1])
+
+    def field_read(name: str, value: str) -> None:
+        nonlocal cap
+        assert on_field is not None
+        try:
+            lower = on_field(name, value)
+        except APIError as e:
+            errors.append(e)
+            return
+        if lower is not None and lower.bytes < cap.bytes:
+            cap = lower
+            if upload.size > cap.bytes:
+                errors.append(cap.error)
 
     boundary = boundary_of(content_type)
     if len(boundary) > MAX_BOUNDARY_BYTES:

@@ -90,7 +90,10 @@ class RouteTable(BaseModel):
         return None
 
     def dumps(self) -> str:
-        return self.model_dump_json(indent=2)
+        # `deployment` only where a gateway's table sets it: a deployment's own table is
+        # written as it always was.
+        unset = {"deployment"} if self.deployment is None else None
+        return self.model_dump_json(indent=2, exclude=unset)
 
 
 class RefusedDeployment(BaseModel):

@@ -23,6 +23,7 @@ from transcription_api.errors import APIError
 from transcription_api.openai import ModelCard, ModelList
 
 from . import chat, errors, load
+from .auth import may_use
 from .gateway import Gateway
 from .limits import Guard
 from .openapi import document_audio_routes
@@ -34,6 +35,7 @@ from .respond import Reply
 __all__ = ["Gateway", "create_app"]
 
 BODY_OVERHEAD = 1024 * 1024  # the whole body's cap: the upload limit and this, by default
+OWNER = "transcription-operator"  # /v1/models' owned_by in a deployment's own frontend
 AUDIO_PATHS = {
     "/v1/audio/transcriptions": Capability.TRANSCRIPTIONS,
     "/v1/audio/translations": Capability.TRANSLATIONS,
@@ -58,18 +60,16 @@ def create_app(gateway: Gateway) -> ASGIApp:
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:
+        """Every name of every deployment routed here that the key may use, owned by its
+        deployment (`<namespace>/<name>`; a deployment's own frontend: the operator)."""
         key = gateway.keys.check(request.headers.get("authorization"))
-        table = gateway.router.table
-        allowed = (
-            key is None
-            or key.models is None
-            or any(table.resolve(m) == table.model for m in key.models)
-        )
+        catalog = gateway.router.catalog
         return ModelList(
             data=[
-                ModelCard(id=n, created=gateway.started, owned_by="transcription-operator",
-                          root=table.model, parent=None if n == table.model else table.model)
-                for n in table.served_names if allowed
+                ModelCard(id=n, created=gateway.started, owned_by=t.deployment or OWNER,
+                          root=t.model, parent=None if n == t.model else t.model)
+                for t in catalog.tables if may_use(key, t.model, catalog.primary_of)
+                for n in t.served_names
             ]
         )  # fmt: skip
 
@@ -101,7 +101,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     def body_cap() -> int:
-        return gateway.router.table.max_upload_bytes + BODY_OVERHEAD
+        return gateway.router.catalog.max_upload_bytes + BODY_OVERHEAD
 
     return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.settings.limits, body_cap))
 

@@ -125,12 +125,15 @@ class ApiKeys:
         return found
 
 
-def check_scope(key: Key | None, model: str, names_of: dict[str, str]) -> None:
-    """403 unless `key` may use `model` (a primary name); `names_of` maps every served name
+def may_use(key: Key | None, model: str, names_of: dict[str, str]) -> bool:
+    """Whether `key` may use `model` (a primary name); `names_of` maps every served name
     and alias to its primary."""
-    if key is None or key.models is None:
-        return
-    if not any(names_of.get(m, m) == model for m in key.models):
+    return key is None or key.models is None or any(names_of.get(m, m) == model for m in key.models)
+
+
+def check_scope(key: Key | None, model: str, names_of: dict[str, str]) -> None:
+    """403 unless `key` may use `model` (`may_use`)."""
+    if not may_use(key, model, names_of):
         raise APIError(
             403,
             f"This API key may not use the model `{model}`.",

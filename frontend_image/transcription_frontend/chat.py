@@ -4,11 +4,13 @@
   2. body       refused unread if no pool can chat (400); else the JSON body, read
                 within the upload limit (413)
   3. request    validated into one typed model; URLs refused              (api chat.py)
-  4. model      the name or alias, resolved to the primary model
+  4. model      the name or alias, resolved to its deployment's route     (catalog.py)
+                table and primary model; the body within that deployment's
+                upload limit (413)
   5. audio      each input_audio part's container, from its first bytes  (sniff.py)
   6. needs      chat, and stream if asked                                 (capabilities)
-  7. pools      the pools that cover the needs, continuous first,         (routing.py)
-                whose engines take its fields and audio                   (adapters/)
+  7. pools      the deployment's pools that cover the needs, continuous   (routing.py)
+                first, whose engines take its fields and audio            (adapters/)
   8. forward    the JSON body with `model` rewritten for the pool         (forward.py)
   9. respond    the answer with `model` back to the primary name; a stream passed
                 through event by event as it arrives, ending with     (adapters/, streams.py)
@@ -35,7 +37,8 @@ from transcription_api.errors import APIError, bad_request
 from .adapters import CHAT_PATH, able, adapter
 from .forward import JsonBody
 from .gateway import Gateway
-from .pipeline import Exchange, choose_pools, resolve_model, run
+from .pipeline import Exchange, choose_pools, run
+from .routing import NoPool
 from .sniff import AudioInfo, probe
 
 PATH = CHAT_PATH
@@ -48,10 +51,19 @@ async def complete(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> N
 async def _pipeline(ex: Exchange) -> None:
     headers = Request(ex.scope).headers
     key = ex.gw.keys.check(headers.get("authorization"))
-    table = ex.gw.router.table
+    catalog = ex.gw.router.catalog
     # No pool can chat: refused before a byte of the body is read (it can be tens of MB).
-    choose_pools(ex.gw.router, frozenset({Capability.CHAT}), 0)
-    limit = table.max_upload_bytes
+    chat = frozenset({Capability.CHAT})
+    if catalog.tables and all(
+        isinstance(ex.gw.router.candidates(t, chat, 0), NoPool) for t in catalog.tables
+    ):
+        if catalog.default is not None:
+            choose_pools(ex.gw.router, catalog.default, chat, 0)  # 400 naming what it lacks
+        raise bad_request(
+            "no deployment this gateway routes can serve chat completions: missing capability chat",
+            code="unsupported_capability",
+        )
+    limit = catalog.max_upload_bytes
     length = headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         raise body_too_large(limit)
@@ -60,7 +72,10 @@ async def _pipeline(ex: Exchange) -> None:
         span.set("transcription.upload.bytes", len(raw))
     ex.obs.upload(len(raw))
     request, body = parse_chat(raw)
-    ex.obs.model = primary = resolve_model(table, request.model, key)
+    table = catalog.resolve(request.model, key)
+    ex.obs.model = primary = table.model
+    if len(raw) > table.max_upload_bytes:
+        raise body_too_large(table.max_upload_bytes, table.deployment)
     audio = []
     for i, j, part in request.audio_parts():
         param = f"messages[{i}].content[{j}].input_audio"
@@ -72,7 +87,7 @@ async def _pipeline(ex: Exchange) -> None:
     needs = request_needs(Capability.CHAT, stream=request.stream)
     traced = {"transcription.needs": sorted(c.value for c in needs)}
     with ex.gw.tracer.span("route", traced) as span:
-        pools = choose_pools(ex.gw.router, needs, len(raw))
+        pools = choose_pools(ex.gw.router, table, needs, len(raw))
         adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
         span.set("transcription.pools", [a.pool.name for a in adapters])
     await ex.forward(
@@ -84,12 +99,13 @@ async def _pipeline(ex: Exchange) -> None:
     )
 
 
-def body_too_large(limit: int) -> APIError:
+def body_too_large(limit: int, deployment: str | None = None) -> APIError:
     mib = limit / 1024**2
+    whose = f" of deployment {deployment}" if deployment else ""
     return APIError(
         413,
-        f"Request too large: the limit is {limit} bytes ({mib:.1f} MiB) for the whole JSON "
-        f"body. Audio sent inline as base64 takes about 4/3 of its file size, so about "
+        f"Request too large: the limit{whose} is {limit} bytes ({mib:.1f} MiB) for the whole "
+        f"JSON body. Audio sent inline as base64 takes about 4/3 of its file size, so about "
         f"{mib * 3 / 4:.1f} MiB of audio fits: compress it (e.g. to mp3 or opus) or send a "
         "shorter clip.",
         param="messages",

@@ -1,18 +1,23 @@
 """Where the route table and the worker endpoints come from.
 
-- The route table is a file (the operator's ConfigMap, mounted): re-read whenever it
-  changes (kubelet swaps ConfigMap volumes atomically, so a changed mtime or inode of the
-  path means a new table).
+- The route table is a file (the operator's ConfigMap, mounted): one deployment's
+  `RouteTable`, or a gateway's `Routes` (catalog.py), re-read whenever it changes (kubelet
+  swaps ConfigMap volumes atomically, so a changed mtime or inode of the path means a new
+  table).
 - Worker endpoints are either listed in the table (`static`, for local runs) or read from
-  the EndpointSlices of each pool's Service (`kubernetes`): a watch on the namespace's
-  EndpointSlices, keeping the addresses that are ready and not terminating.
-- The frontend's peers (the other replicas behind its own Service, the settings' `peers_service`)
-  come from the same watch: they sum their load for the autoscaler (`load.py`).
+  the EndpointSlices of each pool's Service (`kubernetes`): a watch per namespace (RBAC is
+  granted per namespace), keeping the addresses that are ready and not terminating. The
+  frontend watches its own namespace (a one-deployment table's pools are there) and each
+  namespace a gateway's tables name, and starts and stops those watches as the tables change.
+- The frontend's peers (the other replicas behind its own Service, the settings' `peers_service`,
+  in its own namespace) come from the same watch: they sum their load for the autoscaler
+  (`load.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transcription_api.routes import RouteTable
+from transcription_api.routes import Routes, RouteTable
 
 from . import metrics
 from .routing import Router
@@ -30,17 +35,28 @@ log = logging.getLogger("transcription_frontend.discovery")
 SERVICE_LABEL = "kubernetes.io/service-name"
 
 
-def load_table(path: Path) -> RouteTable:
-    return RouteTable.model_validate_json(path.read_text())
+def load_table(path: Path) -> RouteTable | Routes:
+    """The route-table file: a gateway's `Routes` (it has `deployments`), else one
+    deployment's `RouteTable`. ValueError if it is neither."""
+    text = path.read_text()
+    doc = json.loads(text)
+    if isinstance(doc, dict) and "deployments" in doc:
+        return Routes.model_validate_json(text)
+    return RouteTable.model_validate_json(text)
 
 
 class TableWatcher:
-    """Polls the route table file and swaps the router's table when it changes."""
+    """Polls the route table file and swaps the router's routes when it changes (then tells
+    `on_reload`)."""
 
-    def __init__(self, path: Path, router: Router, interval: float = 2.0) -> None:
+    def __init__(
+        self, path: Path, router: Router, interval: float = 2.0,
+        on_reload: Callable[[], None] = lambda: None,
+    ) -> None:  # fmt: skip
         self.path = path
         self.router = router
         self.interval = interval
+        self.on_reload = on_reload
         self._seen = self._stamp()
 
     def _stamp(self) -> tuple[int, int, int] | None:
@@ -60,8 +76,11 @@ class TableWatcher:
         except (OSError, ValueError) as e:
             log.error("route table %s is invalid, keeping the previous one: %s", self.path, e)
             return False
-        self.router.set_table(table)
-        log.info("route table reloaded: %d pool(s)", len(table.pools))
+        self.router.set_routes(table)
+        catalog = self.router.catalog
+        log.info("route table reloaded: %d deployment(s), %d pool(s)", len(catalog.tables),
+                 len(catalog.pools))  # fmt: skip
+        self.on_reload()
         return True
 
     async def run(self) -> None:
@@ -110,10 +129,13 @@ def ready_urls(slice_: dict[str, Any], default_port: int) -> list[str]:
 
 
 class SliceIndex:
-    """EndpointSlices by Service, folded into the router's per-pool endpoint lists, and
-    (when `peers_service` is set) into the frontend's list of peers (`load.py`).
+    """EndpointSlices by (namespace, Service), folded into the router's per-pool endpoint
+    lists, and (when `peers_service` is set) into the frontend's list of peers (`load.py`).
 
-    A pool whose Service no slice has named yet keeps the route table's static endpoints.
+    Every slice of the watched namespaces is kept, so that a pool that a new route table
+    adds gets its Service's endpoints at once (`refresh`). A pool whose Service no slice
+    has named yet keeps the route table's static endpoints. A slice without a namespace
+    (one written by hand) counts as in `namespace`, the frontend's own.
     """
 
     def __init__(
@@ -121,50 +143,55 @@ class SliceIndex:
         router: Router,
         peers_service: str | None = None,
         on_peers: Callable[[list[str]], None] | None = None,
+        namespace: str = "default",
     ) -> None:
         self.router = router
         self.peers_service = peers_service
         self.on_peers = on_peers
-        self._slices: dict[str, dict[str, list[SliceEndpoint]]] = {}  # service -> slice -> eps
+        self.namespace = namespace
+        # (namespace, service) -> slice name -> its endpoints
+        self._slices: dict[tuple[str, str], dict[str, list[SliceEndpoint]]] = {}
 
     def update(self, event: str, slice_: dict[str, Any]) -> None:
         meta = slice_.get("metadata") or {}
         service = (meta.get("labels") or {}).get(SERVICE_LABEL)
         if not service:
             return
-        pool = self.router.pool_for_service(service)
-        if pool is None and service != self.peers_service:
-            return
-        slices = self._slices.setdefault(service, {})
+        key = (meta.get("namespace") or self.namespace, service)
+        pool = self.router.catalog.pool_for_service(*key)
+        slices = self._slices.setdefault(key, {})
         if event == "DELETED":
             slices.pop(meta.get("name", ""), None)
         else:
             slices[meta.get("name", "")] = slice_endpoints(slice_, pool.port if pool else 8080)
         self.refresh()
 
-    def _endpoints(self, service: str) -> list[SliceEndpoint]:
-        return [e for eps in self._slices.get(service, {}).values() for e in eps]
+    def forget(self, namespace: str) -> None:
+        """The namespace is no longer watched: its slices are dropped."""
+        for key in [k for k in self._slices if k[0] == namespace]:
+            del self._slices[key]
+        self.refresh()
+
+    def _endpoints(self, key: tuple[str, str]) -> list[SliceEndpoint]:
+        return [e for eps in self._slices.get(key, {}).values() for e in eps]
 
     def refresh(self) -> None:
-        self.router.name_endpoints(
-            {
-                e.url: e.pod
-                for eps in self._slices.values()
-                for s in eps.values()
-                for e in s
-                if e.pod
-            }
-        )
-        for pool in self.router.table.pools:
-            if pool.service not in self._slices:
+        """Fold the slices into the pools of the router's current route tables."""
+        catalog = self.router.catalog
+        pods = {}
+        for key in self._slices:
+            pool = catalog.pool_for_service(*key)
+            if pool is None:
                 continue
-            eps = self._endpoints(pool.service)
+            eps = self._endpoints(key)
+            pods.update({e.url: e.pod for e in eps if e.pod})
             urls = sorted({e.url for e in eps if e.ready and not e.terminating})
             self.router.set_endpoints(pool.name, urls)
             metrics.ENDPOINTS.labels(pool=pool.name).set(len(urls))
+        self.router.name_endpoints(pods)
         if self.peers_service and self.on_peers:
             # Terminating peers still count: their requests in flight are load.
-            eps = self._endpoints(self.peers_service)
+            eps = self._endpoints((self.namespace, self.peers_service))
             self.on_peers(sorted({e.url for e in eps if e.serving or e.ready}))
 
 
@@ -173,7 +200,7 @@ class EndpointSliceWatcher:
 
     Events go to `index.update` on `loop` (the gateway's event loop, so that the router is
     only ever changed there and held requests wake at once), or in the watch thread when
-    no loop is given.
+    no loop is given; none once `stop` was called (on the loop: none after it).
     """
 
     def __init__(
@@ -188,7 +215,9 @@ class EndpointSliceWatcher:
         self.kubeconfig = kubeconfig
         self.loop = loop
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="endpointslices", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"endpointslices-{namespace}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -198,9 +227,15 @@ class EndpointSliceWatcher:
 
     def _apply(self, event: str, obj: dict[str, Any]) -> None:
         if self.loop is None:
-            self.index.update(event, obj)
+            self._deliver(event, obj)
         elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.index.update, event, obj)
+            self.loop.call_soon_threadsafe(self._deliver, event, obj)
+
+    def _deliver(self, event: str, obj: dict[str, Any]) -> None:
+        if not self._stop.is_set():
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("namespace", self.namespace)
+            self.index.update(event, obj)
 
     def _run(self) -> None:
         from kubernetes import client, config, watch
@@ -220,5 +255,34 @@ class EndpointSliceWatcher:
                     if self._stop.is_set():
                         w.stop()  # type: ignore[no-untyped-call]
             except Exception as e:  # reconnect on any watch failure
-                log.warning("EndpointSlice watch failed, retrying in 2s: %s", e)
+                log.warning(
+                    "EndpointSlice watch of namespace %s failed, retrying in 2s: %s",
+                    self.namespace, e,
+                )  # fmt: skip
                 self._stop.wait(2.0)
+
+
+class SliceWatches:
+    """One EndpointSlice watch per namespace, started and stopped as the namespaces to
+    watch change (`sync`, on the event loop)."""
+
+    def __init__(
+        self, index: SliceIndex, kubeconfig: str | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.index = index
+        self.kubeconfig = kubeconfig
+        self.loop = loop
+        self.watching: dict[str, EndpointSliceWatcher] = {}
+
+    def sync(self, namespaces: set[str]) -> None:
+        for ns in sorted(namespaces - set(self.watching)):
+            log.info("watching the EndpointSlices of namespace %s", ns)
+            self.watching[ns] = EndpointSliceWatcher(self.index, ns, self.kubeconfig, self.loop)
+            self.watching[ns].start()
+        for ns in sorted(set(self.watching) - namespaces):
+            log.info("no longer watching the EndpointSlices of namespace %s", ns)
+            self.watching.pop(ns).stop()
+            self.index.forget(ns)
+
+    def stop(self) -> None:
+        self.sync(set())

@@ -273,6 +273,12 @@ class Forwarder:
             if choice is None:
                 if busy:
                     break
+                if not self.router.catalog.pool_names & {p.name for p in pools}:
+                    raise unavailable(
+                        f"the pools this request was routed to ({', '.join(p.name for p in pools)}"
+                        ") left the frontend's route table (their deployment is no longer "
+                        "routed here); retry"
+                    )
                 # No endpoint left to try: hold until discovery changes one of the pools.
                 deadline = deadline or self.holds.deadline()
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):

@@ -1,6 +1,6 @@
-"""The gateway's state: its settings, the router, the held requests, the API keys, the
-worker client, and what keeps the route table, the endpoints and the peers current while
-it runs."""
+"""The gateway's state: its settings, the router (and the catalog of the models it serves),
+the held requests, the API keys, the worker client, and what keeps the route table, the
+endpoints and the peers current while it runs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import aiohttp
 from transcription_api.frontend import FrontendSettings
 
 from .auth import ApiKeys
-from .discovery import EndpointSliceWatcher, SliceIndex, TableWatcher
+from .discovery import SliceIndex, SliceWatches, TableWatcher
 from .events import KEYS_UNAVAILABLE, PodEvents
 from .forward import Forwarder, new_session
 from .hold import Holds
@@ -36,7 +36,9 @@ class Gateway:
     router: Router
     settings: FrontendSettings = field(default_factory=FrontendSettings)  # read at start-up
     table_path: Path | None = None  # re-read when it changes
-    slice_namespace: str | None = None  # watch this namespace's EndpointSlices
+    # the frontend's own namespace: its peers' and a one-deployment table's pools' Services;
+    # None: no EndpointSlice is watched (static endpoints)
+    slice_namespace: str | None = None
     kubeconfig: str | None = None
     tracer: Tracer = field(default_factory=Tracer)  # off by default (tracing.py)
     started: int = field(default_factory=lambda: int(time.time()))
@@ -49,8 +51,10 @@ class Gateway:
         self.holds = Holds(self.router, s.hold)
         self.sessions = Sessions(s.limits)  # realtime (realtime/)
         self.load = Load(self.router, self.holds, self.sessions, s.internal_port)
-        self.slices = SliceIndex(self.router, s.peers_service, self.load.peers.set_urls)
+        self.slices = SliceIndex(self.router, s.peers_service, self.load.peers.set_urls,
+                                 self.slice_namespace or "default")  # fmt: skip
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.watches: SliceWatches | None = None
 
     @property
     def forwarder(self) -> Forwarder:
@@ -61,6 +65,13 @@ class Gateway:
         """An EndpointSlice event from any thread (the watch, a test), applied on the loop."""
         assert self.loop is not None, "the gateway is not running"
         self.loop.call_soon_threadsafe(self.slices.update, event, slice_)
+
+    def routes_changed(self) -> None:
+        """A new route table: its pools get the endpoints already known, and the namespaces
+        it names are watched (and those it no longer names are not)."""
+        self.slices.refresh()
+        if self.watches is not None and self.slice_namespace is not None:
+            self.watches.sync({self.slice_namespace, *self.router.catalog.namespaces})
 
     def drain(self, grace: float) -> None:
         """The server is stopping (SIGTERM): answer what is held within `grace` seconds."""
@@ -74,13 +85,11 @@ class Gateway:
         self.loop = asyncio.get_running_loop()
         tasks = []
         if self.table_path:
-            tasks.append(asyncio.create_task(TableWatcher(self.table_path, self.router).run()))
-        watcher = None
+            watcher = TableWatcher(self.table_path, self.router, on_reload=self.routes_changed)
+            tasks.append(asyncio.create_task(watcher.run()))
         if self.slice_namespace:  # pools and peers alike
-            watcher = EndpointSliceWatcher(
-                self.slices, self.slice_namespace, self.kubeconfig, self.loop
-            )
-            watcher.start()
+            self.watches = SliceWatches(self.slices, self.kubeconfig, self.loop)
+            self.routes_changed()
         s = self.settings
         async with new_session(s.worker_timeouts) as client:
             self.client = client
@@ -99,7 +108,7 @@ class Gateway:
                     await internal.cleanup()
                 for t in tasks:
                     t.cancel()
-                if watcher:
-                    watcher.stop()
+                if self.watches:
+                    self.watches.stop()
                 # spans still buffered are exported (a blocking call: off the loop)
                 await asyncio.to_thread(self.tracer.shutdown)

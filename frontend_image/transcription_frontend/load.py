@@ -151,7 +151,7 @@ class Load:
                     spilled=self.router.pool_spilled(p.name),
                     sessions=self.sessions.count(p.name),
                 )
-                for p in self.router.table.pools
+                for p in self.router.catalog.pools
             },
         )
 

@@ -3,6 +3,9 @@
     transcription-frontend --routes routes.json                      static endpoints
     transcription-frontend --routes routes.json --settings frontend.json
 
+The route table is one deployment's (a RouteTable) or a gateway's (Routes: the tables of
+every deployment it routes to); both in transcription_api.routes.
+
 Everything but the route table comes from the frontend's settings (FrontendSettings, in
 transcription_api.frontend): the JSON in --settings FILE, else in the
 TRANSCRIPTION_FRONTEND_SETTINGS environment variable (the operator writes it into the
@@ -30,7 +33,7 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from transcription_api.frontend import SETTINGS_ENV, Discovery, FrontendSettings, SettingsError
-from transcription_api.routes import RouteTable
+from transcription_api.routes import Routes, RouteTable
 
 from .app import Gateway, create_app
 from .discovery import load_table
@@ -135,11 +138,12 @@ def _idle(connection: Any) -> bool:
 
 
 def gateway_of(
-    settings: FrontendSettings, table: RouteTable, table_path: Path, kubeconfig: str | None,
-    environ: Mapping[str, str],
+    settings: FrontendSettings, table: RouteTable | Routes, table_path: Path,
+    kubeconfig: str | None, environ: Mapping[str, str],
 ) -> Gateway:  # fmt: skip
     """The gateway these settings describe, on this route table."""
-    namespace = settings.namespace or environ.get("POD_NAMESPACE") or table.namespace
+    own = table.namespace if isinstance(table, RouteTable) else "default"
+    namespace = settings.namespace or environ.get("POD_NAMESPACE") or own
     return Gateway(
         router=Router(table, policy=settings.balancer.value),
         settings=settings,

@@ -3,15 +3,21 @@
   1. key        the API key, if keys are configured                       (auth.py)
   2. upload     the multipart body, streamed and spooled, within the limit (multipart)
   3. request    the form's options, validated into one typed model        (params)
-  4. model      the name or alias, resolved to the primary model
+  4. model      the name or alias, resolved to its deployment's route     (catalog.py)
+                table and primary model, during step 2: the moment the
+                form's `model` field is parsed. An unknown name (404) or
+                one the key may not use (403) is answered before the file
+                after it is read; the deployment's upload limit bounds the
+                rest. A `model` after the file: when it arrives (spooled)
   5. audio      an empty or non-audio file is refused here; its container (sniff.py)
                 and duration are read from its header
   6. needs      what the request needs from a pool                        (capabilities)
   6b. long     audio that is chunked (chunking_strategy, or too long     (longaudio/)
                 for one request) is cut on silence, its chunks sent back
                 into this pipeline at once, and stitched into one answer
-  7. pools      the pools that cover the needs, continuous first,         (routing.py)
-                whose engines take its fields, container and duration     (adapters/)
+  7. pools      the pools of that deployment that cover the needs,        (routing.py)
+                continuous first, whose engines take its fields,          (adapters/)
+                container and duration
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
                 while its pools have none (scale from zero), in the          hold.py,
                 request its engine's adapter makes (an audio language        adapters/)
@@ -37,12 +43,11 @@ from starlette.types import Message, Receive, Scope, Send
 from transcription_api.capabilities import Capability, request_needs
 from transcription_api.chunking import parse_chunking
 from transcription_api.errors import APIError, bad_request
-from transcription_api.multipart import check_length, parse_upload
+from transcription_api.multipart import Limit, check_length, parse_upload
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
 from .adapters import Adapter, able, adapter
-from .auth import Key, check_scope
 from .disconnect import cancel_on_disconnect
 from .errors import internal_error
 from .forward import Body, WorkerAnswer
@@ -154,20 +159,30 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     key = ex.gw.keys.check(headers.get("authorization"))
     if key is not None:
         ex.obs.key = key.label
-    table = ex.gw.router.table
-    limit = table.max_upload_bytes
+    catalog = ex.gw.router.catalog  # one route table for the whole request, reloads aside
+    limit = catalog.max_upload_bytes
     tracer = ex.gw.tracer
+
+    def routed(name: str, value: str) -> Limit | None:
+        """Step 4 at the form's `model` field, before the parts after it are read."""
+        if name != "model":
+            return None
+        table = catalog.resolve(value, key)
+        ex.obs.model = table.model
+        return catalog.upload_limit(table)
+
     with tracer.span("receive") as span:
         check_length(headers.get("content-length"), limit)
         upload = await parse_upload(
-            Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit
+            Request(ex.scope, ex.receive).stream(), headers.get("content-type"), limit, routed
         )
         span.set("transcription.upload.bytes", upload.size)
     with closing(upload):
         ex.obs.upload(upload.size)
         with tracer.span("parse") as span:
             request = parse_request(upload.fields)
-            ex.obs.model = primary = resolve_model(table, request.model, key)
+            table = catalog.resolve(request.model, key)
+            ex.obs.model = primary = table.model
             audio = check_audio(upload)
             span.set("transcription.model", primary)
             span.set("transcription.audio.container", audio.container)
@@ -186,18 +201,18 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         if longest is not None and (audio.seconds or 0) > longest:
             raise too_long(audio.seconds or 0, longest)
         strategy = plan(settings.chunking, parse_chunking(upload.fields), audio, upload.size,
-                        ex.gw.router, needs)  # fmt: skip
+                        ex.gw.router.candidates(table, needs, upload.size))  # fmt: skip
         if strategy is not None:  # long audio: cut, fanned out, stitched (longaudio/)
             ex.obs.pool = "chunked"
             async with cancel_on_disconnect(ex.receive, ex.answered):
                 reply = await transcribe_long(transcribe, ex.gw, endpoint, ex.scope, upload,
-                                              request, strategy, needs, primary)  # fmt: skip
+                                              request, strategy, needs, table)  # fmt: skip
                 ex.obs.status = reply.status
                 await reply.send(ex.send)
             ex.obs.audio_seconds = reply.seconds
             return
         with tracer.span("route", {"transcription.needs": sorted(c.value for c in needs)}) as span:
-            pools = choose_pools(ex.gw.router, needs, upload.size)
+            pools = choose_pools(ex.gw.router, table, needs, upload.size)
             adapters = able(
                 [adapter(p) for p in pools], lambda a: a.transcription_refusal(upload.fields, audio)
             )
@@ -211,22 +226,12 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         )
 
 
-def resolve_model(table: RouteTable, name: str | None, key: Key | None = None) -> str:
-    """The primary model a requested name (or alias) stands for; 404 if none, 403 if the
-    client's key may not use it."""
-    primary = table.resolve(name)
-    if primary is None:
-        valid = ", ".join(table.served_names)
-        raise APIError(
-            404, f"The model `{name}` does not exist. Valid models: {valid}", param="model"
-        )
-    check_scope(key, primary, {n: table.resolve(n) or n for n in table.served_names})
-    return primary
-
-
-def choose_pools(router: Router, needs: frozenset[Capability], size: int) -> list[PoolRoute]:
-    """The pools to try, in order; 400 naming what no pool has, 413 if none takes the size."""
-    pools = router.candidates(needs, size)
+def choose_pools(
+    router: Router, table: RouteTable, needs: frozenset[Capability], size: int
+) -> list[PoolRoute]:
+    """The pools of `table` to try, in order; 400 naming what no pool has, 413 if none takes
+    the size."""
+    pools = router.candidates(table, needs, size)
     if not isinstance(pools, NoPool):
         return pools
     if pools.too_large_for:
@@ -240,8 +245,9 @@ def choose_pools(router: Router, needs: frozenset[Capability], size: int) -> lis
             f"limits: {limits}). Split or compress the audio.",
             param="file",
         )
+    which = f"deployment {table.deployment}" if table.deployment else "this deployment"
     raise bad_request(
-        "no pool of this deployment can serve this request: missing capability "
+        f"no pool of {which} can serve this request: missing capability "
         + ", ".join(sorted(pools.missing)),
         code="unsupported_capability",
     )

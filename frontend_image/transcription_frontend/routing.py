@@ -1,7 +1,9 @@
 """Routing: which pool can serve a request, and which of its endpoints gets it.
 
-Pools are tried in capability order: pools whose capability set covers the request's
-needs, continuous pools first, sequential next, each group in route-table order. Within
+The pools a request may go to are those of its deployment's route table (the one its model
+resolves to: catalog.py). They are tried in capability order: pools whose capability set
+covers the request's needs, continuous pools first, sequential next, each group in
+route-table order. Within
 a pool, the ready endpoint with the fewest requests in flight wins (ties: the one used
 least recently). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
 `EJECT_SECONDS`, then tried again.
@@ -9,7 +11,8 @@ least recently). An endpoint that fails `EJECT_AFTER` times in a row is ejected 
 Endpoints come from discovery: only ready, non-terminating ones are listed; one that
 leaves the list keeps its requests in flight but gets no new ones. Listeners registered
 with `on_change` hear of every change of a pool's pickable endpoints (a new list, an
-ejection ending): that is what wakes the requests held for the pool (`hold.py`).
+ejection ending): that is what wakes the requests held for the pool (`hold.py`). A pool
+that leaves the route tables loses its endpoints at once (its requests in flight finish).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transcription_api.capabilities import Capability, Mode
-from transcription_api.routes import PoolRoute, RouteTable
+from transcription_api.routes import PoolRoute, Routes, RouteTable
 
 from . import metrics
+from .catalog import Catalog
 
 EJECT_AFTER = 3
 EJECT_SECONDS = 10.0
@@ -49,29 +53,34 @@ class Router:
     """Pool choice by capability; endpoint choice by `policy`: "least-in-flight" (default)
     or "round-robin" (kept for comparison: see the frontend benchmark)."""
 
-    def __init__(self, table: RouteTable, policy: str = "least-in-flight") -> None:
+    def __init__(self, routes: RouteTable | Routes, policy: str = "least-in-flight") -> None:
         if policy not in ("least-in-flight", "round-robin"):
             raise ValueError(f"unknown balancing policy {policy!r}")
         self.policy = policy
         self._turn = 0
-        self.table = table
+        self.catalog = Catalog(Routes())
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
         self._pods: dict[str, str] = {}  # endpoint URL -> its pod's name (discovery)
         self._pool_in_flight: dict[str, int] = {}
         self._spilled: dict[str, int] = {}
         self._listeners: list[Callable[[str], None]] = []
-        self.set_table(table)
+        self.set_routes(routes)
 
     # ------------------------------------------------------------------ updates
 
-    def set_table(self, table: RouteTable) -> None:
-        self.table = table
-        for pool in table.pools:
+    def set_routes(self, routes: RouteTable | Routes) -> None:
+        """A new route-table file: the catalog of the models served, the pools' static
+        endpoints; the pools no table names any more have none."""
+        old, self.catalog = self.catalog, Catalog(routes)
+        for pool in self.catalog.pools:
             if pool.endpoints:
                 self._set(pool.name, list(pool.endpoints))  # static: in the table's order
             elif pool.name not in self._endpoints:
                 self._set(pool.name, [])
+        for name in old.pool_names - self.catalog.pool_names:
+            self._endpoints[name] = []
+            self._changed(name)  # its held requests learn it is gone
 
     def name_endpoints(self, pods: dict[str, str]) -> None:
         """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
@@ -99,18 +108,17 @@ class Router:
     def endpoints(self, pool: str) -> list[str]:
         return list(self._endpoints.get(pool, []))
 
-    def pool_for_service(self, service: str) -> PoolRoute | None:
-        return next((p for p in self.table.pools if p.service == service), None)
-
     # ------------------------------------------------------------------ choice
 
-    def candidates(self, needs: frozenset[Capability], size: int) -> list[PoolRoute] | NoPool:
-        """Pools that can serve the request, in the order to try them."""
-        covering = [p for p in self.table.pools if p.capability_set.covers(needs)]
+    def candidates(
+        self, table: RouteTable, needs: frozenset[Capability], size: int
+    ) -> list[PoolRoute] | NoPool:
+        """The pools of `table` that can serve the request, in the order to try them."""
+        covering = [p for p in table.pools if p.capability_set.covers(needs)]
         if not covering:
             missing = (
-                frozenset.intersection(*(p.capability_set.missing(needs) for p in self.table.pools))
-                if self.table.pools
+                frozenset.intersection(*(p.capability_set.missing(needs) for p in table.pools))
+                if table.pools
                 else needs
             )
             return NoPool(missing=missing or needs)

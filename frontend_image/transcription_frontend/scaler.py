@@ -83,7 +83,7 @@ class ExternalScaler:
             trigger = parse_trigger(ref.scalerMetadata)
         except ValueError as e:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"{_who(ref)}: {e}")
-        pools = [p.name for p in self.router.table.pools]
+        pools = [p.name for p in self.router.catalog.pools]
         if trigger.pool not in pools:
             await _abort(
                 context,

@@ -47,12 +47,12 @@ from transcription_api.openai import (
     TranscriptionRequest,
 )
 from transcription_api.render import billed_seconds, render
-from transcription_api.routes import PoolRoute
+from transcription_api.routes import PoolRoute, RouteTable
 
 from .. import metrics
 from ..request_id import request_id
 from ..respond import Reply
-from ..routing import NoPool, Router
+from ..routing import NoPool
 from ..sniff import AudioInfo
 from ..subrequest import Caller, Pipeline, post
 from ..tracing import Span, context_of
@@ -74,16 +74,16 @@ PREVIOUS_WORDS = 100
 
 def plan(
     cfg: ChunkingSpec, strategy: ChunkingStrategy | None, audio: AudioInfo, size: int,
-    router: Router, needs: frozenset[Capability],
+    pools: list[PoolRoute] | NoPool,
 ) -> ChunkingStrategy | None:  # fmt: skip
-    """How to chunk this request, or None to send it whole."""
+    """How to chunk this request (whose deployment's candidate pools are `pools`), or None
+    to send it whole."""
     if strategy is not None:
         return strategy
     if not cfg.enabled:
         return None
     if audio.seconds is not None and audio.seconds > cfg.threshold_seconds:
         return AUTO
-    pools = router.candidates(needs, size)
     if isinstance(pools, NoPool):
         return AUTO if pools.too_large_for else None
     limits = [p.capability_set.max_audio_seconds for p in pools]
@@ -150,12 +150,13 @@ class _Failed(Exception):
 async def transcribe_long(
     pipeline: Pipeline, gw: Any, endpoint: Capability, scope: Any, upload: Upload,
     request: TranscriptionRequest, strategy: ChunkingStrategy, needs: frozenset[Capability],
-    model: str,
+    table: RouteTable,
 ) -> Reply:  # fmt: skip
-    """The whole answer (or stream) of a chunked request."""
+    """The whole answer (or stream) of a chunked request to `table`'s deployment."""
     from ..audio.decode import CorruptAudio, decode
 
     cfg: ChunkingSpec = gw.settings.chunking
+    pools = gw.router.candidates(table, needs, 0)
     assert upload.file is not None
     upload.file.seek(0)
     with gw.tracer.span("longaudio.cut") as span:
@@ -165,20 +166,19 @@ async def transcribe_long(
             raise APIError(400, str(e), param="file", code="invalid_audio") from None
         span.set("transcription.audio.seconds", round(decoded.seconds, 3))
         try:
-            chunks = await _cuts(cfg, gw.settings.max_audio_seconds, gw.router, decoded, strategy,
-                                 needs)  # fmt: skip
+            chunks = await _cuts(cfg, gw.settings.max_audio_seconds, pools, decoded, strategy)
         except BaseException:
             decoded.close()
             raise
         span.set("transcription.chunks", len(chunks))
     try:
-        metrics.CHUNKED.labels(model=model).inc()
+        metrics.CHUNKED.labels(model=table.model).inc()
         metrics.CHUNKS.observe(len(chunks))
         log.info("%.1f s of audio in %d chunks", decoded.seconds, len(chunks))
         headers = dict(scope["headers"])
         caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
         fields = chunk_fields(upload.fields, request)
-        chained = cfg.previous_text and _whisper_only(gw.router.candidates(needs, 0))
+        chained = cfg.previous_text and _whisper_only(pools)
         runner = _Runner(pipeline, gw, endpoint, decoded, chunks, fields, caller,
                          cfg.max_parallel_chunks, chained)  # fmt: skip
         if request.stream:
@@ -196,15 +196,16 @@ async def transcribe_long(
 
 
 async def _cuts(
-    cfg: ChunkingSpec, max_audio_seconds: float | None, router: Router, decoded: Decoded,
-    strategy: ChunkingStrategy, needs: frozenset[Capability],
+    cfg: ChunkingSpec, max_audio_seconds: float | None, pools: list[PoolRoute] | NoPool,
+    decoded: Decoded, strategy: ChunkingStrategy,
 ) -> list[Chunk]:  # fmt: skip
-    """Where the decoded audio is cut (413 past the deployment's longest audio)."""
+    """Where the decoded audio is cut (413 past the deployment's longest audio), for chunks
+    that these pools take."""
     from .cut import ChunkSettings, find_cuts
 
     if max_audio_seconds is not None and decoded.seconds > max_audio_seconds:
         raise too_long(decoded.seconds, max_audio_seconds)
-    longest = chunk_seconds(cfg, router.candidates(needs, 0))
+    longest = chunk_seconds(cfg, pools)
     settings = ChunkSettings(
         max_chunk_seconds=longest,
         # late cuts, few chunks: each costs Whisper a whole 30 s window, however short

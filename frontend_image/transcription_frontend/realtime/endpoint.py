@@ -32,7 +32,6 @@ from transcription_api.realtime import ErrorBody, ErrorEvent, EventError, parse_
 
 from .. import metrics
 from ..gateway import Gateway
-from ..pipeline import resolve_model
 from .sessions import Sessions
 
 if TYPE_CHECKING:
@@ -105,7 +104,7 @@ def _check(
     try:
         key = gw.keys.check(header.decode("latin-1") if header else None)
         if query.get("model"):
-            resolve_model(gw.router.table, query["model"][0], key)
+            gw.router.catalog.resolve(query["model"][0], key)
     except APIError as e:
         return ("model" if e.param == "model" else "key"), e
     return sessions.admit()

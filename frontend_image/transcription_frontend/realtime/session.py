@@ -55,13 +55,13 @@ from transcription_api.realtime import (
     item_id,
     validate_session,
 )
+from transcription_api.routes import RouteTable
 
 from .. import metrics
 from ..audio import vad
 from ..audio.encode import wav
 from ..audio.pcm import FORMATS, To16k, denoise, to_pcm16
 from ..gateway import Gateway
-from ..pipeline import resolve_model
 from ..routing import NoPool
 from ..subrequest import Caller
 from ..tracing import Attributes, Parent
@@ -141,7 +141,7 @@ class Session:
         name = new.input.transcription.model
         if name is not None:
             try:
-                resolve_model(self.gw.router.table, name, self.gw.keys.check(self._auth()))
+                self.gw.router.catalog.resolve(name, self.gw.keys.check(self._auth()))
             except APIError as e:
                 raise EventError(e.message, code=e.code or "model_not_found",
                                  param="session.audio.input.transcription.model",
@@ -163,10 +163,22 @@ class Session:
                              languages=len(t.languages or []),
                              logprobs=LOGPROBS in (c.include or []))  # fmt: skip
 
+    def table(self, config: TranscriptionSession | None = None) -> RouteTable | None:
+        """The route table of the deployment the session's turns go to: its model's (the
+        one deployment's of a one-deployment file, when it names none); None while it
+        names none the gateway routes."""
+        try:
+            return self.gw.router.catalog.resolve((config or self.config).input.transcription.model)
+        except APIError:
+            return None
+
     def pool(self) -> str | None:
         """The pool this session's turns go to first (its load, for autoscaling)."""
+        table = self.table()
+        if table is None:
+            return None
         for needs in (self.needs(), self.needs() - {Capability.STREAM}):
-            pools = self.gw.router.candidates(needs, 0)
+            pools = self.gw.router.candidates(table, needs, 0)
             if not isinstance(pools, NoPool):
                 return pools[0].name
         return None
@@ -182,8 +194,11 @@ class Session:
             "session.audio.input.transcription.languages": request_needs(
                 Capability.TRANSCRIPTIONS, languages=len(t.languages or [])),
         }  # fmt: skip
+        table = self.table(new)
+        if table is None:
+            return  # no model yet: each turn's failure will name the valid ones
         for param, needs in wanted.items():
-            pools = self.gw.router.candidates(needs, 0)
+            pools = self.gw.router.candidates(table, needs, 0)
             if isinstance(pools, NoPool):
                 missing = ", ".join(sorted(pools.missing))
                 raise EventError(
@@ -310,7 +325,9 @@ class Session:
         nr = self.config.input.noise_reduction
         if nr is not None and nr.type is not None:
             pcm = await asyncio.to_thread(denoise, pcm, self.rate, nr.type)
-        model = self.config.input.transcription.model or self.gw.router.table.model
+        table = self.table()
+        named = self.config.input.transcription.model
+        model = named or (table.model if table is not None else "none")  # the metrics' label
 
         async def delta(text: str, logprobs: list[Logprob] | None) -> None:
             if text:
@@ -324,7 +341,7 @@ class Session:
         try:
             with self.gw.tracer.span("realtime.turn", attributes, parent=self.trace):
                 answer = await transcribe_turn(
-                    self.gw, wav(pcm, self.rate), self.config, self.caller, delta,
+                    self.gw, table, wav(pcm, self.rate), self.config, self.caller, delta,
                 )  # fmt: skip
             transcript = answer.text
             await self.emit(TranscriptCompleted(

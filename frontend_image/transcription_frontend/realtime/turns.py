@@ -16,6 +16,7 @@ from typing import Any
 from transcription_api.capabilities import Capability
 from transcription_api.openai import Language, Logprob
 from transcription_api.realtime import LOGPROBS, ErrorBody, TranscriptionSession
+from transcription_api.routes import RouteTable
 
 from ..gateway import Gateway
 from ..pipeline import transcribe
@@ -74,14 +75,15 @@ def _error(body: bytes) -> ErrorBody:
 
 
 async def transcribe_turn(
-    gw: Gateway, wav: bytes, session: TranscriptionSession, caller: Caller,
-    on_delta: Callable[[str, list[Logprob] | None], Awaitable[None]],
+    gw: Gateway, table: RouteTable | None, wav: bytes, session: TranscriptionSession,
+    caller: Caller, on_delta: Callable[[str, list[Logprob] | None], Awaitable[None]],
 ) -> Answer:  # fmt: skip
-    """Transcribe one turn; TurnFailed with the error the pipeline answered (after its
-    retries and holds). Cancelling it cancels the worker's request."""
-    streams = not isinstance(
-        gw.router.candidates(frozenset({Capability.TRANSCRIPTIONS, Capability.STREAM}), len(wav)),
-        NoPool,
+    """Transcribe one turn by the session's deployment (`table`: None while its model names
+    none, and the pipeline says so); TurnFailed with the error the pipeline answered (after
+    its retries and holds). Cancelling it cancels the worker's request."""
+    needs = frozenset({Capability.TRANSCRIPTIONS, Capability.STREAM})
+    streams = table is not None and not isinstance(
+        gw.router.candidates(table, needs, len(wav)), NoPool
     )
     done: list[Answer] = []
     failed: list[ErrorBody] = []
