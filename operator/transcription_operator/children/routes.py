@@ -57,12 +57,9 @@ def gateway_table(
 
 
 def routes_configmap(owner: Owner, table: RouteTable | Routes) -> Manifest:
-    # A deployment's own table says nothing of `deployment` (its frontend's file unchanged).
-    unnamed = isinstance(table, RouteTable) and table.deployment is None
-    text = table.model_dump_json(indent=2, exclude={"deployment"} if unnamed else None)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": object_meta(owner, routes_name(owner), "routes"),
-        "data": {ROUTES_KEY: text},
+        "data": {ROUTES_KEY: table.dumps()},
     }
