@@ -10,7 +10,7 @@ import pytest
 
 import testbed.cluster
 import testbed.realnode
-from testbed.kube import CRD_FILE, create_namespace
+from testbed.kube import CRD_FILE, GATEWAY_CRD_FILE, create_namespace
 from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 from testkit.audio import SENTENCES, speak
@@ -75,11 +75,13 @@ def real_node(kubectl: Kubectl) -> str:
 
 @pytest.fixture(scope="session")
 def crd_installed(kubectl: Kubectl) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    for crd in (CRD_FILE, GATEWAY_CRD_FILE):
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     kubectl(
         "wait",
         "--for=condition=Established",
         "crd/transcriptiondeployments.transcription.dev",
+        "crd/transcriptiongateways.transcription.dev",
         "--timeout=60s",
     )
 

@@ -316,6 +316,12 @@ def test_cluster_wide_rbac_denies_what_it_was_not_given(kubectl: Kubectl, chart:
     assert can_i(kubectl, "watch", "events", "-n", "anywhere")
     assert not can_i(kubectl, "delete", "events", "-n", "anywhere")
     assert not can_i(kubectl, "delete", "namespaces")
+    # Gateways: their status, and namespaces' labels (from: Selector), read-only.
+    assert can_i(
+        kubectl, "patch", "transcriptiongateways", "--subresource=status", "-n", "anywhere"
+    )
+    assert can_i(kubectl, "watch", "namespaces")
+    assert not can_i(kubectl, "patch", "namespaces")
     assert not can_i(kubectl, "create", "clusterroles")
     # Leader election: its own Lease, in its own namespace; nobody else's.
     assert can_i(kubectl, "create", "leases", "-n", SYSTEM_NS)
@@ -335,6 +341,8 @@ def test_namespaced_rbac_stays_in_its_namespaces(
         assert can_i(kubectl, "patch", "deployments", "-n", namespace)
         assert not can_i(kubectl, "patch", "deployments", "-n", "default")
         assert not can_i(kubectl, "list", "transcriptiondeployments", "-A")
+        assert can_i(kubectl, "watch", "transcriptiongateways", "-n", namespace)
+        assert not can_i(kubectl, "list", "namespaces")  # namespaced: never reads them
         assert can_i(kubectl, "get", "secrets/api-keys", "-n", namespace)
         assert not can_i(kubectl, "get", "secrets/other", "-n", namespace)
         assert not can_i(kubectl, "list", "secrets", "-n", namespace)

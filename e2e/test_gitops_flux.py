@@ -20,6 +20,9 @@ process; the pods run on the test bed's real node.
     progressDeadlineSeconds: progressing (the resource Reconciling, Unschedulable) until
     the Deployment passes its deadline, then failed (ProgressDeadlineExceeded).
 
+A TranscriptionGateway in front of the sample reads the same way: Ready only once the
+gateway is, and failed at once when it selects nothing (Stalled, NoDeployments).
+
 The Kustomization's conditions at each stage are printed (`pytest -s`).
 """
 
@@ -306,3 +309,77 @@ def test_flux_reads_the_resources_health_through_kstatus(
         kubectl.run("delete", "namespace", flux_ns, "--wait=false", check=False)
         kubectl.run("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
         print(f"[flux] requests to the Git server: {len(git_server.requests)}")
+
+
+GATEWAY = "speech"
+
+
+def gateway_tree(namespace: str, selector: dict[str, Any]) -> dict[str, str]:
+    """The namespace, the CPU sample without a frontend of its own, and a TranscriptionGateway
+    in front of it (`selector`: whom the gateway selects)."""
+    td = resource(namespace, frontend={"enabled": False})
+    td["metadata"]["labels"] = {"transcription.dev/gateway": GATEWAY}
+    gw = {
+        "apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionGateway",
+        "metadata": {"name": GATEWAY, "namespace": namespace},
+        "spec": {"selector": selector,
+                 "frontend": {"replicas": 1, "resources": {"cpu": "100m", "memory": "256Mi"}},
+                 "images": {"frontend": images.refs()["frontend"], "pullPolicy": "IfNotPresent"}},
+    }  # fmt: skip
+    files = tree(namespace, td)
+    files["apps/gateway.yaml"] = yaml.safe_dump(gw)
+    kustomization = yaml.safe_load(files["apps/kustomization.yaml"])
+    kustomization["resources"].append("gateway.yaml")
+    files["apps/kustomization.yaml"] = yaml.safe_dump(kustomization)
+    return files
+
+
+def test_flux_reads_a_gateways_health_through_kstatus(
+    kubectl: Kubectl, flux: gitops.Flux, git_server: gitops.GitServer
+) -> None:
+    """A gateway in front of the sample (which has no frontend of its own): the
+    Kustomization is Ready only once the gateway is (and the gateway only once the
+    deployment is); a gateway that selects nothing is Stalled, which fails the health check
+    at once, naming the gateway."""
+    flux_ns = create_namespace(kubectl, "flux", simulated=True)
+    ns = f"gitops-{flux_ns.rsplit('-', 1)[1]}"
+    repo = git_server.repository(REPO)
+    watch = Watch(kubectl, flux_ns, ns, flux)
+
+    def gateway() -> dict[str, Any]:
+        proc = kubectl.run("get", "tgw", GATEWAY, "-n", ns, "-o", "json", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else {"metadata": {}}
+
+    try:
+        selected = {"matchLabels": {"transcription.dev/gateway": GATEWAY}}
+        sha = repo.commit(gateway_tree(ns, selected), "the sample behind a gateway")
+        for obj in flux_objects(flux_ns, git_server.url(REPO)):
+            kubectl.apply(obj)
+        seen = watch.until(
+            lambda s: at(s.revision, sha) and s.ready.get("status") in ("True", "False"),
+            timeout=360, what="the Kustomization to finish the gateway's revision",
+        )  # fmt: skip
+        final = seen[-1]
+        assert final.ready["status"] == "True", (final.ready, flux.logs())
+        gw = gateway()
+        assert condition(gw, "Ready")["status"] == "True", gw.get("status")
+        assert gw["status"]["observedGeneration"] == gw["metadata"]["generation"]
+        gw_ready_at = parse_time(condition(gw, "Ready")["lastTransitionTime"])
+        assert gw_ready_at <= parse_time(final.ready["lastTransitionTime"])
+        assert [g["name"] for g in final.td["status"]["gateways"]] == [GATEWAY]
+
+        sha = repo.commit(gateway_tree(ns, {"matchLabels": {"team": "nobody"}}), "selects nothing")
+        reconcile_now(kubectl, flux_ns)
+        seen = watch.until(
+            lambda s: at(s.revision, sha) and s.ready.get("status") == "False",
+            timeout=120, what="the Kustomization to fail the gateway that selects nothing",
+        )  # fmt: skip
+        stalled = condition(gateway(), "Stalled")
+        assert (stalled["status"], stalled["reason"]) == ("True", "NoDeployments")
+        message = seen[-1].ready["message"]
+        assert f"TranscriptionGateway/{ns}/{GATEWAY} status: 'Failed'" in message, message
+    finally:
+        kubectl.run("delete", "kustomization", KUSTOMIZATION, "-n", flux_ns, "--timeout=120s",
+                    check=False)  # fmt: skip
+        kubectl.run("delete", "namespace", flux_ns, "--wait=false", check=False)
+        kubectl.run("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)

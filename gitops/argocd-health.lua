@@ -1,5 +1,7 @@
--- Argo CD health check for transcription.dev/TranscriptionDeployment.
--- Install: argocd-cm data key `resource.customizations.health.transcription.dev_TranscriptionDeployment`.
+-- Argo CD health check for transcription.dev/TranscriptionDeployment and
+-- transcription.dev/TranscriptionGateway (both report the same conditions).
+-- Install: argocd-cm data keys `resource.customizations.health.transcription.dev_TranscriptionDeployment`
+-- and `resource.customizations.health.transcription.dev_TranscriptionGateway`.
 hs = {}
 if obj.status == nil or obj.status.conditions == nil then
   hs.status = "Progressing"

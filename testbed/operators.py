@@ -87,17 +87,19 @@ class OperatorProcess:
 
 @contextlib.contextmanager
 def operator_in_cluster(
-    kubectl: Kubectl, cluster: Path, release: str, watch: str, extra: tuple[str, ...] = ()
-) -> Iterator[tuple[str, str]]:
-    """The Helm chart installed with the test bed's images, watching one namespace: the
-    operator runs in the cluster from its image, under its ServiceAccount. Yields the
-    namespace it runs in (restricted PodSecurity, like the one it watches) and the release's
-    name."""
+    kubectl: Kubectl, cluster: Path, release: str, watch: str | tuple[str, ...],
+    extra: tuple[str, ...] = (),
+) -> Iterator[tuple[str, str]]:  # fmt: skip
+    """The Helm chart installed with the test bed's images, watching one namespace (or
+    several): the operator runs in the cluster from its image, under its ServiceAccount.
+    Yields the namespace it runs in (restricted PodSecurity, like the ones it watches) and
+    the release's name."""
+    watched = (watch,) if isinstance(watch, str) else watch
     refs = images.refs()
     # A name of its own: a run killed before its uninstall leaves cluster-scoped objects
     # (the CRD-reading ClusterRole) that another release of the same name cannot adopt.
     release = f"{release}-{uuid.uuid4().hex[:4]}"
-    system_ns = create_namespace(kubectl, f"{watch}-system", simulated=False)
+    system_ns = create_namespace(kubectl, f"{watched[0]}-system", simulated=False)
     kubectl("label", "namespace", system_ns, "pod-security.kubernetes.io/enforce=restricted")
     repo, tag = refs["operator"].rsplit(":", 1)
     try:
@@ -106,7 +108,7 @@ def operator_in_cluster(
             "--set", "crds.install=false",  # the CRD is already there (another release owns it)
             # So is the cluster's one warning policy (cluster-scoped, one per cluster).
             "--set", "admissionPolicy.enabled=false",
-            "--set", f"watchNamespaces={{{watch}}}",
+            "--set", f"watchNamespaces={{{','.join(watched)}}}",
             "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
             "--set", "image.pullPolicy=Never",
             "--set", f"defaultImages.frontend={refs['frontend']}",

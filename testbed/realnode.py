@@ -38,6 +38,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from testkit import host
 from toolchain import say
@@ -227,18 +228,19 @@ state = "{state}"
             time.sleep(0.5)
         raise SystemExit(f"containerd did not start; see {self.logs / 'containerd.log'}")
 
-    def ctr(self, *args: str, check: bool = True, timeout: float = 60) -> str | None:
+    def ctr(self, *args: str, check: bool = True, timeout: float = 60,
+            stdin: IO[bytes] | None = None) -> str | None:  # fmt: skip
         proc = subprocess.run(
             [str(self.bin("ctr")), "--address", str(self.socket), "-n", "k8s.io", *args],
             capture_output=True,
-            text=True,
+            stdin=stdin,
             timeout=timeout,
         )
         if proc.returncode:
             if check:
-                raise RuntimeError(f"ctr {' '.join(args)}: {proc.stderr.strip()}")
+                raise RuntimeError(f"ctr {' '.join(args)}: {proc.stderr.decode().strip()}")
             return None
-        return proc.stdout
+        return str(proc.stdout.decode())
 
     def images(self) -> dict[str, str]:
         """Every image reference in containerd -> the digest it points at."""
@@ -246,23 +248,41 @@ state = "{state}"
         rows = [line.split() for line in out.splitlines()[1:]]
         return {row[0]: row[2] for row in rows if len(row) > 2}
 
-    def import_images(self, archives: dict[str, Path]) -> None:
-        """Import each wanted reference that is missing, then remove every other image.
+    def import_images(self, sources: dict[str, Path | list[str]]) -> None:
+        """Import each wanted reference that is missing, from its archive or from the
+        standard output of its command (an image streamed from the builder's store), then
+        remove every other image.
 
-        The CRI plugin names each image a second time by its ID (``sha256:...``); removing
-        only the tag would leave that name holding the old layers, and the store would grow
-        with every rebuild. So every reference is dropped whose target no wanted reference
-        shares, and containerd's garbage collector frees the content and snapshots."""
+        Imported blobs are discarded once unpacked (``--discard-unpacked-layers``): the
+        snapshots are what containers run from, and a second copy of a torch image's layers
+        would cost gigabytes. The CRI plugin names each image a second time by its ID
+        (``sha256:...``); removing only the tag would leave that name holding the old
+        layers, and the store would grow with every rebuild. So every reference is dropped
+        whose target no wanted reference shares, and containerd's garbage collector frees
+        the content and snapshots."""
         present = self.images()
-        for ref, archive in archives.items():
-            if ref not in present:
-                say(f"importing {ref} into containerd")
-                self.ctr("images", "import", str(archive), timeout=900)
+        for ref, source in sources.items():
+            if ref in present:
+                continue
+            say(f"importing {ref} into containerd")
+            if isinstance(source, Path):
+                self.ctr("images", "import", "--discard-unpacked-layers", str(source), timeout=900)
+                continue
+            producer = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                self.ctr("images", "import", "--discard-unpacked-layers", "-",
+                         stdin=producer.stdout, timeout=1800)  # fmt: skip
+            finally:
+                assert producer.stdout is not None
+                producer.stdout.close()
+                err = producer.stderr.read().decode() if producer.stderr else ""
+                if producer.wait() != 0:
+                    raise RuntimeError(f"{' '.join(source[-4:])} failed: {err.strip()}")
         present = self.images()
-        missing = [ref for ref in archives if ref not in present]
+        missing = [ref for ref in sources if ref not in present]
         if missing:
             raise SystemExit(f"importing did not yield {', '.join(missing)}")
-        keep = {present[ref] for ref in archives}
+        keep = {present[ref] for ref in sources}
         stale = [ref for ref, digest in present.items() if digest not in keep]
         if stale:
             say(f"removing {len(stale)} stale image references from containerd")

@@ -7,8 +7,8 @@ what a real server adds and refuses.
   (``generateName`` honoured) and refuses a name taken (409); PUT replaces an object whose
   resourceVersion it names (else 409); DELETE honours a uid precondition (409).
 - A read finds what is stored (else 404); a list, what a collection holds (in one
-  namespace or all), filtered by an equality label selector. Watches are not served: the
-  tests feed the operator's watch cache themselves.
+  namespace or all; a cluster-scoped kind's), filtered by an equality label selector.
+  Watches are not served: the tests feed the operator's watch cache themselves.
 
 It answers in process (``request``, as ``transcription_operator.kube.Kube.request`` does,
 raising its ``KubeError``) or over HTTP for a real client (``serve``). ``down`` makes every
@@ -34,6 +34,7 @@ from transcription_operator.kinds import KINDS
 from transcription_operator.kube import KubeError
 
 PLURALS = {kind.plural for kind in KINDS.values()}
+CLUSTER_PLURALS = {kind.plural for kind in KINDS.values() if kind.cluster_scoped}
 
 
 def _error(status: int, reason: str, message: str) -> KubeError:
@@ -55,7 +56,7 @@ class ApiServer:
     @staticmethod
     def path_of(obj: dict[str, Any]) -> str:
         meta = obj["metadata"]
-        return KINDS[obj["kind"]].path(meta["namespace"], meta["name"])
+        return KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"])
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Store an object as another writer would (a controller, a user); returns it as
@@ -87,9 +88,8 @@ class ApiServer:
     def _list(self, collection: str, selector: str) -> dict[str, Any]:
         """The objects directly in a collection; all namespaces' for a cluster-wide path."""
         base, _, plural = collection.rpartition("/")
-        pattern = (
-            collection if "/namespaces/" in collection else f"{base}/namespaces/[^/]+/{plural}"
-        )
+        whole = "/namespaces/" in collection or plural in CLUSTER_PLURALS
+        pattern = collection if whole else f"{base}/namespaces/[^/]+/{plural}"
         wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
         items = [
             obj for path, obj in self.objects.items()

@@ -13,7 +13,11 @@ from prometheus_client import REGISTRY, generate_latest
 
 from testkit.apiserver import ApiServer
 from testkit.resources import NAME, NAMESPACE, make_td
-from transcription_api.v1alpha1 import TranscriptionDeployment, TranscriptionDeploymentStatus
+from transcription_api.v1alpha1 import (
+    KIND,
+    TranscriptionDeployment,
+    TranscriptionDeploymentStatus,
+)
 from transcription_operator import manager, metrics
 from transcription_operator.cache import Cache
 from transcription_operator.config import OperatorConfig
@@ -59,9 +63,11 @@ class RecordingKube(Kube):
         self.writes.append(("delete", kind, name, uid or ""))
         return super().delete(kind, namespace, name, uid)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], kind: str = KIND
+    ) -> dict[str, Any]:
         self.writes.append(("status", name))
-        return super().patch_status(namespace, name, status)
+        return super().patch_status(namespace, name, status, kind)
 
     def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         self.writes.append(("event", reason))
@@ -109,7 +115,7 @@ class World:
 
     def reconcile(self) -> Any:
         self.kube.writes.clear()
-        return self.reconciler.reconcile("speech", "whisper")
+        return self.reconciler.reconcile(KIND, "speech", "whisper")
 
     def condition(self, type_: str) -> dict[str, Any]:
         td = self.kube.server.get("TranscriptionDeployment", "speech", "whisper")
@@ -132,7 +138,7 @@ class Operator:
         kube = Kube(client.ApiClient(client.Configuration(host=url)))
         self.runtime.reconciler = Reconciler(kube, self.runtime.cache, OperatorConfig())
         metrics.LEADER.set(1)
-        self.key = (NAMESPACE, NAME)
+        self.key = (KIND, NAMESPACE, NAME)
         self.spec(spec)
 
     def spec(self, spec: dict[str, Any], generation: int = 3) -> None:

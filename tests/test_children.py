@@ -10,16 +10,23 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.resources import make_td
+from testkit.resources import SAMPLES_DIR, make_td, sample_docs, single_deployment_samples
 from transcription_api.frontend import FrontendSettings
 from transcription_api.routes import RouteTable
-from transcription_api.v1alpha1 import ResourcesSpec, TranscriptionDeployment
+from transcription_api.v1alpha1 import (
+    GATEWAY_KIND,
+    KIND,
+    ResourcesSpec,
+    TranscriptionDeployment,
+    TranscriptionGateway,
+)
 from transcription_api.worker import WorkerSettings
-from transcription_operator.children import build, resource_requirements
+from transcription_operator.children import build, build_gateway, resource_requirements
 from transcription_operator.config import OperatorConfig
+from transcription_operator.names import GatewayRef
+from transcription_operator.selection import select
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((ROOT / "samples").glob("*.yaml"))
+SAMPLES = single_deployment_samples()
 GOLDEN = Path(__file__).parent / "golden"
 CFG = OperatorConfig()
 
@@ -30,20 +37,37 @@ def sample_td(path: Path) -> TranscriptionDeployment:
     return TranscriptionDeployment.model_validate(doc)
 
 
+def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
+    """Golden files: `UPDATE_GOLDEN=1 pytest tests/test_children.py` rewrites them."""
+    text = yaml.safe_dump_all(manifests, sort_keys=False)
+    golden = GOLDEN / f"{name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden.name} differs; review and UPDATE_GOLDEN=1"
+
+
 def by_kind_name(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_sample_builds_the_expected_manifests(path: Path) -> None:
-    """Golden files: `UPDATE_GOLDEN=1 pytest tests/test_children.py` rewrites them."""
-    manifests = build(sample_td(path), CFG)
-    text = yaml.safe_dump_all(manifests, sort_keys=False)
-    golden = GOLDEN / f"{path.stem}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text(), f"{golden.name} differs; review and UPDATE_GOLDEN=1"
+    check_golden(path.stem, build(sample_td(path), CFG))
+
+
+def test_the_gateway_sample_builds_the_expected_manifests() -> None:
+    """The gateway's children, then each deployment's as the gateway's routing shapes them
+    (its frontend admitted to the workers; `tiny` without a frontend of its own)."""
+    docs = sample_docs(SAMPLES_DIR / "gateway.yaml")
+    [gw] = [TranscriptionGateway.model_validate(d) for d in docs if d["kind"] == GATEWAY_KIND]
+    tds = [TranscriptionDeployment.model_validate(d) for d in docs if d["kind"] == KIND]
+    selection = select(gw, tds, {})
+    assert [(v.name, v.routed) for v in selection.verdicts] == [("base", True), ("tiny", True)]
+    manifests = build_gateway(gw, CFG, selection)
+    for td in tds:
+        manifests += build(td, CFG, routed_by=[GatewayRef(gw.namespace, gw.name)])
+    check_golden("gateway", manifests)
 
 
 def test_every_child_is_owned_and_labelled(vllm_td: TranscriptionDeployment) -> None:

@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from transcription_api import crd
+from transcription_api import v1alpha1 as api
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 
 
@@ -23,15 +24,17 @@ def walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]
     return out
 
 
-def test_committed_crd_matches_the_models() -> None:
-    for path in (crd.CRD_PATH, crd.CHART_CRD_PATH):
-        assert path.read_text() == crd.render(), (
-            f"{path} is stale: run `python -m transcription_api.crd --write`"
-        )
+def test_committed_crds_match_the_models() -> None:
+    for name, make in crd.FILES.items():
+        for path in (crd.CRD_PATH.parent / name, crd.CHART_FILES / name):
+            assert path.read_text() == crd.render(make()), (
+                f"{path} is stale: run `python -m transcription_api.crd --write`"
+            )
 
 
-def test_schema_is_structural() -> None:
-    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+@pytest.mark.parametrize("make", [crd.crd, crd.gateway_crd])
+def test_schema_is_structural(make: Any) -> None:
+    schema = make()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in walk(schema):
         assert "type" in node, f"{path} has no type"
         for key in ("$ref", "anyOf", "allOf", "oneOf", "title", "$defs"):
@@ -44,8 +47,9 @@ def test_schema_is_structural() -> None:
             )
 
 
-def test_every_spec_and_status_field_has_a_description() -> None:
-    version = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+@pytest.mark.parametrize("make", [crd.crd, crd.gateway_crd])
+def test_every_spec_and_status_field_has_a_description(make: Any) -> None:
+    version = make()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for top in ("spec", "status"):
         for path, node in walk(version["properties"][top], top):
             if path.endswith("[]") or path.endswith("{}"):
@@ -61,6 +65,44 @@ def test_crd_has_names_printer_columns_and_status_subresource() -> None:
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Ready", "Reason", "Engine", "Pools", "Replicas", "Model", "Endpoint", "Age", "Message",
     ]  # fmt: skip
+
+
+def test_the_gateway_crd_has_its_names_columns_and_status_default() -> None:
+    doc = yaml.safe_load(crd.GATEWAY_CRD_PATH.read_text())
+    assert doc["spec"]["names"]["kind"] == "TranscriptionGateway"
+    assert doc["spec"]["names"]["shortNames"] == ["tgw"]
+    version = doc["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Ready", "Reason", "Deployments", "Endpoint", "Age", "Message",
+    ]  # fmt: skip
+    root = version["schema"]["openAPIV3Schema"]
+    assert root["properties"]["status"]["default"] == {"observedGeneration": 0}
+    assert root["required"] == ["spec"] and root["properties"]["spec"]["required"] == ["selector"]
+
+
+def test_every_cel_rule_of_the_gateway_is_a_rule_with_its_python_twin() -> None:
+    from transcription_api.v1alpha1 import gateway as g
+
+    spec = crd.gateway_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    props = spec["properties"]
+    requirement = props["selector"]["properties"]["matchExpressions"]["items"]
+    ns_requirement = props["namespaces"]["properties"]["selector"]["properties"][
+        "matchExpressions"
+    ]["items"]
+    at = {
+        "": (spec, g.GATEWAY_RULES),
+        ".namespaces": (props["namespaces"], g.NAMESPACES_RULES),
+        ".selector.matchExpressions[]": (requirement, g.REQUIREMENT_RULES),
+        ".namespaces.selector.matchExpressions[]": (ns_requirement, g.REQUIREMENT_RULES),
+        ".tracing": (props["tracing"], api.TRACING_RULES),
+    }
+    for path, (node, rules) in at.items():
+        assert node["x-kubernetes-validations"] == [r.validation() for r in rules], path
+    elsewhere = [p for p, n in walk(spec) if "x-kubernetes-validations" in n and p not in at]
+    assert elsewhere == []
 
 
 def test_a_new_resource_reads_in_progress_until_the_operator_writes_status() -> None:
@@ -180,8 +222,6 @@ def test_every_cel_rule_in_the_crd_is_a_rule_with_its_python_twin() -> None:
     """Each `x-kubernetes-validations` entry comes from a `Rule`, which holds its Python
     twin beside its CEL, at the node of the model the rule sits above (only the root's
     metadata.name length is the API server's alone: the operator never names objects)."""
-    from transcription_api import v1alpha1 as api
-
     props = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     spec = props["spec"]
     at = {

@@ -1,4 +1,5 @@
-"""GitOps health: the Argo CD health check (run in a real Lua interpreter) on real statuses."""
+"""GitOps health: the Argo CD health check (run in a real Lua interpreter) on real statuses,
+of a TranscriptionDeployment and of a TranscriptionGateway."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 import pytest
 from lupa import LuaRuntime
 
-from testkit.resources import make_td
+from testkit.resources import make_gateway, make_td
+from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.config import OperatorConfig
+from transcription_operator.gateway_status import gateway_status
 from transcription_operator.plan import plan
+from transcription_operator.selection import select
 from transcription_operator.status import Observed, compute_status, status_body
 
 SCRIPT = (Path(__file__).resolve().parents[1] / "gitops" / "argocd-health.lua").read_text()
@@ -105,6 +109,42 @@ SPEC = {"model": {"name": "m"}, "frontend": {"replicas": 1}}
     ],
 )
 def test_argocd_health_check(obj: dict[str, Any], expected: str) -> None:
+    status, message = health(obj)
+    assert status == expected, message
+    assert message
+
+
+def gateway_body(candidates: list[dict[str, Any]], frontend_ready: int) -> dict[str, Any]:
+    """A gateway's status over deployments (spec, Ready) of the same label."""
+    gw = make_gateway({"selector": {"matchLabels": {"team": "a"}}, "frontend": {"replicas": 1}})
+    tds = []
+    for i, (spec, ready) in enumerate(candidates):
+        d = make_td(spec, name=f"d{i}").model_dump(by_alias=True, exclude_none=True, mode="json")
+        d["metadata"]["labels"] = {"team": "a"}
+        d["status"] = {"conditions": [{"type": "Ready", "status": ready, "reason": "R",
+                                       "lastTransitionTime": "2026-11-30T10:00:00Z"}]}  # fmt: skip
+        tds.append(TranscriptionDeployment.model_validate(d))
+    observed = Observed({"gw-frontend": dep("gw-frontend", 1, frontend_ready)})
+    st = gateway_status(gw, select(gw, tds, {}), observed, OperatorConfig(), "2026-11-30T10:00:00Z")
+    return {"metadata": {"generation": 1}, "status": status_body(st)}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (gateway_body([({"model": {"name": "a"}}, "True")], 1), "Healthy"),
+        (gateway_body([({"model": {"name": "a"}}, "False")], 1), "Progressing"),
+        (gateway_body([({"model": {"name": "a"}}, "True")], 0), "Progressing"),
+        (gateway_body([], 1), "Degraded"),  # selects nothing
+        (  # a name claimed twice: the later one refused
+            gateway_body(
+                [({"model": {"name": "a"}}, "True"), ({"model": {"name": "a"}}, "True")], 1
+            ),
+            "Degraded",
+        ),
+    ],
+)
+def test_argocd_health_check_of_a_gateway(obj: dict[str, Any], expected: str) -> None:
     status, message = health(obj)
     assert status == expected, message
     assert message

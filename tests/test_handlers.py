@@ -46,7 +46,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def reconcile(self, namespace: str, name: str) -> Result:
+    def reconcile(self, kind: str, namespace: str, name: str) -> Result:
+        assert kind == KIND
         self.calls.append((namespace, name))
         return Result("unchanged")
 
@@ -88,7 +89,7 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         # Standing by: events fill the cache and the queue, nothing is reconciled.
         for name in ("a", "b"):
             rt.cache.put(td(name))
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await settle()
         assert recorder.calls == [] and metrics.LEADER._value.get() == 0
         # Elected: every known resource at once, not only those with a queued event.
@@ -99,7 +100,7 @@ def test_a_standby_keeps_its_cache_but_reconciles_only_while_leading(
         assert metrics.LEADER._value.get() == 1
         # The lease lapses: the very next key waits, even before the loop says so.
         election.leading = False
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await settle()
         assert len(recorder.calls) == 2
         manager._stopped_leading()
@@ -129,7 +130,7 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
         order: list[str] = []
 
         class Slow(Recorder):
-            def reconcile(self, namespace: str, name: str) -> Result:
+            def reconcile(self, kind: str, namespace: str, name: str) -> Result:
                 time.sleep(0.3)
                 order.append("reconciled")
                 return Result("unchanged")
@@ -137,7 +138,7 @@ def test_graceful_shutdown_waits_for_the_reconcile_in_flight_then_releases(
         rt.reconciler = Slow()  # type: ignore[assignment]
         manager._started_leading()
         worker = asyncio.create_task(manager._worker(0))
-        rt.queue.add(("ns", "a"))
+        rt.queue.add((KIND, "ns", "a"))
         await asyncio.sleep(0.05)
         assert rt.in_flight == 1
         await manager._hand_over(election)  # type: ignore[arg-type]
@@ -219,7 +220,7 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         await asyncio.sleep(0.3)
         assert rt.cache.get("Service", "ns", "w-scaler") is None
         assert rt.cache.get("Service", "ns", "w") is not None
-        assert await asyncio.wait_for(rt.queue.get(), 1) == ("ns", "w")
+        assert await asyncio.wait_for(rt.queue.get(), 1) == (KIND, "ns", "w")
         relister.cancel()
         await asyncio.gather(relister, return_exceptions=True)
 
@@ -272,3 +273,62 @@ def test_kopf_logs_each_watch_event_only_at_debug(level: str, kopf_objects: str)
     configure_logging(level)
     assert logging.getLevelName(logger.level) == kopf_objects
     logger.setLevel(logging.NOTSET)
+
+
+# --------------------------------------------------------------------------- both kinds
+
+
+def test_events_cross_enqueue_gateways_and_the_deployments_they_select(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deployment's event enqueues it and every gateway; a gateway's, itself and the
+    deployments it selected before and after the change; a child's, its controller, of
+    either kind."""
+    from testkit.resources import make_gateway, make_td
+    from transcription_api.v1alpha1 import GATEWAY_KIND
+    from transcription_operator.config import OperatorConfig
+    from transcription_operator.kinds import KINDS
+    from transcription_operator.reconciler import Reconciler
+
+    def body(obj: Any, rv: str) -> dict[str, Any]:
+        out: dict[str, Any] = obj.model_dump(by_alias=True, exclude_none=True, mode="json")
+        out["metadata"]["resourceVersion"] = rv
+        return out
+
+    async def queued() -> set[tuple[str, str, str]]:
+        keys = set()
+        while rt.queue.depth:
+            key = await rt.queue.get()
+            rt.queue.done(key)
+            keys.add(key)
+        return keys
+
+    rt = manager.Runtime()
+    monkeypatch.setattr(manager, "RUNTIME", rt)
+    rt.reconciler = Reconciler(RecordingKube(), rt.cache, OperatorConfig())
+
+    async def main() -> None:
+        for name, team in (("a", "x"), ("b", "y")):
+            td = make_td({"model": {"name": f"m-{name}"}}, name=name, namespace="ns")
+            labelled = body(td, "1")
+            labelled["metadata"]["labels"] = {"team": team}
+            await handlers.resource_event(event={"type": "ADDED"}, body=labelled)  # type: ignore[arg-type]
+        assert await queued() == {(KIND, "ns", "a"), (KIND, "ns", "b")}  # no gateway yet
+        gw = make_gateway({"selector": {"matchLabels": {"team": "x"}}}, namespace="ns")
+        await handlers.gateway_event(event={"type": "ADDED"}, body=body(gw, "2"))  # type: ignore[arg-type]
+        assert await queued() == {(GATEWAY_KIND, "ns", "gw"), (KIND, "ns", "a")}
+        moved = make_gateway({"selector": {"matchLabels": {"team": "y"}}}, namespace="ns")
+        await handlers.gateway_event(event={"type": "MODIFIED"}, body=body(moved, "3"))  # type: ignore[arg-type]
+        assert await queued() == {(GATEWAY_KIND, "ns", "gw"), (KIND, "ns", "a"), (KIND, "ns", "b")}
+        await handlers.resource_event(event={"type": None}, body=rt.cache.get(KIND, "ns", "a"))  # type: ignore[arg-type]
+        assert await queued() == {(KIND, "ns", "a"), (GATEWAY_KIND, "ns", "gw")}
+        svc = child("Service", "gw", "gw")
+        svc["metadata"]["ownerReferences"] = [
+            {"kind": GATEWAY_KIND, "name": "gw", "controller": True}
+        ]
+        handlers.child_seen(KINDS["Service"], "ADDED", svc)
+        assert await queued() == {(GATEWAY_KIND, "ns", "gw")}
+        await handlers.gateway_event(event={"type": "DELETED"}, body=body(moved, "4"))  # type: ignore[arg-type]
+        assert await queued() == {(GATEWAY_KIND, "ns", "gw"), (KIND, "ns", "b")}
+
+    asyncio.run(main())

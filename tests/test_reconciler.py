@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from testkit.operator import World
+from testkit.resources import make_gateway
+from transcription_api.v1alpha1 import GATEWAY_KIND, KIND
 from transcription_operator.cache import Cache
 from transcription_operator.kube import KubeError
 from transcription_operator.names import MANAGED_BY_LABEL
@@ -69,6 +71,23 @@ def test_a_steady_state_reconcile_writes_nothing() -> None:
     result = w.reconcile()
     assert w.kube.writes == []
     assert (result.outcome, result.writes) == ("unchanged", 0)
+
+
+def test_a_steady_state_reconcile_of_a_gateway_and_what_it_routes_writes_nothing() -> None:
+    w = World(SPEC)
+    labelled = copy.deepcopy(w.kube.server.get(KIND, "speech", "whisper"))
+    assert labelled is not None
+    labelled["metadata"]["labels"] = {"team": "speech"}
+    w.observe(labelled)
+    w.observe(make_gateway({"selector": {"matchLabels": {"team": "speech"}}}).model_dump(
+        by_alias=True, exclude_none=True, mode="json"))  # fmt: skip
+    keys = [(GATEWAY_KIND, "speech", "gw"), (KIND, "speech", "whisper")]
+    for key in (*keys, *keys):  # the gateway's status copies the deployment's Ready
+        w.reconciler.reconcile(*key)
+    w.kube.writes.clear()
+    results = [w.reconciler.reconcile(*key) for key in keys]
+    assert w.kube.writes == []
+    assert [(r.outcome, r.writes, r.enqueue) for r in results] == [("unchanged", 0, [])] * 2
 
 
 def test_only_a_drifted_child_is_applied_again() -> None:

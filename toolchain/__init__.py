@@ -51,6 +51,9 @@ class Tool:
     binaries: dict[str, str]  # binary name -> package path
     tags: tuple[str, ...] = field(default=())
     also: tuple[str, ...] = field(default=())  # other modules the wrapper pins, built too
+    # Folders of its modules' sources the test bed reads (manifests, CRDs): (module, folder),
+    # copied beside the binaries when they are built, so that Go's caches can go.
+    data: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -78,7 +81,13 @@ class Tool:
 
     @property
     def built(self) -> bool:
-        return all(self.path(b).exists() for b in self.binaries)
+        return all(self.path(b).exists() for b in self.binaries) and all(
+            self.source(m, d).is_dir() for m, d in self.data
+        )
+
+    def source(self, module: str, folder: str) -> Path:
+        """A folder of one of its modules' sources, as copied beside the binaries."""
+        return self.dir / "src" / module / folder
 
 
 def pinned_version(gomod: Path, module: str) -> str:
@@ -153,6 +162,7 @@ KEDA = Tool(
         "operator": "github.com/kedacore/keda/v2/cmd/operator",
         "adapter": "github.com/kedacore/keda/v2/cmd/adapter",
     },
+    data=(("github.com/kedacore/keda/v2", "config"),),
 )
 # Checkers that `make test` runs (not part of the cluster): actionlint lints the release
 # workflows, promtool tests the alert rules and the dashboard's queries.
@@ -192,6 +202,10 @@ FLUX = Tool(
         "kustomize-controller": "github.com/fluxcd/kustomize-controller",
     },
     also=("github.com/fluxcd/kustomize-controller",),
+    data=(
+        ("github.com/fluxcd/source-controller", "config/crd/bases"),
+        ("github.com/fluxcd/kustomize-controller", "config/crd/bases"),
+    ),
 )
 CLUSTER_TOOLS = (KUBERNETES, ETCD, KWOK, HELM, CONTAINERD, COREDNS, KEDA, KUBE_ROUTER)
 ALL_TOOLS = (*CLUSTER_TOOLS, ACTIONLINT, PROMTOOL, FLUX)
@@ -216,11 +230,25 @@ def ldflags(tool: Tool) -> str:
     return " ".join(["-s", "-w", *extra])
 
 
+# Go's build and module caches for these builds: the test bed's own, not the user's, and
+# removed once every pinned tool is built (17 GB after a first build; nothing reads them
+# afterwards: the binaries and the source folders the test bed needs are copied out).
+GO_CACHE = CACHE / "go"
+
+
+def go_env() -> dict[str, str]:
+    return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod",
+            "GOCACHE": str(GO_CACHE / "build"), "GOMODCACHE": str(GO_CACHE / "mod")}  # fmt: skip
+
+
 def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
     """Build every missing binary into the cache; a no-op when all are present."""
     todo = [
         (t, names) for t in tools if (names := [b for b in t.binaries if not t.path(b).exists()])
     ]
+    for t in tools:  # built before its source folders were copied out
+        if not any(t is d for d, _ in todo) and not t.built:
+            _copy_data(t)
     for t in tools:
         if t.built:
             say(f"{t.name} {t.version}: cached in {t.dir}")
@@ -241,8 +269,7 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         if t.tags:
             cmd += ["-tags", ",".join(t.tags)]
         cmd += ["-o", out, *(t.binaries[b] for b in names)]
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=env)
+        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
         while True:  # progress every 30 s; on to the next build as soon as this one ends
             try:
                 proc.wait(timeout=30)
@@ -259,7 +286,29 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         for b in names:
             (tmp / b).rename(t.path(b))
         shutil.rmtree(tmp, ignore_errors=True)
+        _copy_data(t)
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
+    if (
+        GO_CACHE.exists()
+        and all(t.built for t in ALL_TOOLS)
+        and not os.environ.get("TESTBED_KEEP_GO_CACHE")
+    ):
+        size = sum(
+            f.stat().st_size for f in GO_CACHE.rglob("*") if f.is_file() and not f.is_symlink()
+        )
+        say(f"every pinned tool is built: removing Go's caches ({size / 1e9:.1f} GB, {GO_CACHE})")
+        subprocess.run(["go", "clean", "-modcache"], env=go_env(), capture_output=True, check=False)
+        shutil.rmtree(GO_CACHE, ignore_errors=True)
+
+
+def _copy_data(tool: Tool) -> None:
+    """Copy the source folders the test bed reads out of the module cache."""
+    for module, folder in tool.data:
+        target = tool.source(module, folder)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(module_dir(tool, module) / folder, target)
+        for p in (target, *target.rglob("*")):  # the module cache's copies are read-only
+            p.chmod(p.stat().st_mode | 0o200)
 
 
 def helm() -> Path:
@@ -275,6 +324,6 @@ def module_dir(tool: Tool, module: str | None = None) -> Path:
     version = pinned_version(tool.gomod, module)
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"{module}@{version}"],
-        cwd=TOOLS / tool.name, capture_output=True, text=True, check=True,
+        cwd=TOOLS / tool.name, capture_output=True, text=True, check=True, env=go_env(),
     ).stdout  # fmt: skip
     return Path(json.loads(out)["Dir"])

@@ -1,7 +1,7 @@
-"""Generate the CustomResourceDefinition from the pydantic models.
+"""Generate the CustomResourceDefinitions from the pydantic models.
 
-    python -m transcription_api.crd            print the CRD as YAML
-    python -m transcription_api.crd --write    (re)write crds/
+    python -m transcription_api.crd            print the CRDs as YAML
+    python -m transcription_api.crd --write    (re)write crds/ and the chart's copies
 
 pydantic emits JSON Schema with `$ref`s, `anyOf: [X, null]` for optional fields and
 titles; a CRD needs a *structural* OpenAPI v3 schema: everything inlined, a type on every
@@ -25,8 +25,10 @@ from . import v1alpha1 as api
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / f"{api.PLURAL}.{api.GROUP}.yaml"
+GATEWAY_CRD_PATH = ROOT / "crds" / f"{api.GATEWAY_PLURAL}.{api.GROUP}.yaml"
 # The chart carries a copy (Helm templates can only read files inside the chart).
-CHART_CRD_PATH = ROOT / "charts" / "transcription-operator" / "files" / CRD_PATH.name
+CHART_FILES = ROOT / "charts" / "transcription-operator" / "files"
+CHART_CRD_PATH = CHART_FILES / CRD_PATH.name
 
 _DROP = {"title", "$defs", "additionalProperties", "$ref", "anyOf", "allOf", "const"}
 
@@ -112,38 +114,84 @@ def _condition(type_: str) -> str:
     return f'.status.conditions[?(@.type=="{type_}")]'
 
 
-PRINTER_COLUMNS = [
-    {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"},
-    # Why not: Unschedulable, ImagePullBackOff, CrashLoopBackOff, NoCapacity, ...
-    {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"},
+# Columns both kinds show: Ready, its reason (why not: Unschedulable, ImagePullBackOff,
+# CrashLoopBackOff, NoCapacity, NameConflict, ...), the age and, with -o wide, its message.
+READY = {"name": "Ready", "type": "string", "jsonPath": _condition("Ready") + ".status"}
+REASON = {"name": "Reason", "type": "string", "jsonPath": _condition("Ready") + ".reason"}
+AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+MESSAGE = {
+    "name": "Message",
+    "type": "string",
+    "jsonPath": _condition("Ready") + ".message",
+    "priority": 1,
+}
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    READY,
+    REASON,
     {"name": "Engine", "type": "string", "jsonPath": ".spec.engine"},
     {"name": "Pools", "type": "string", "jsonPath": ".status.readyPools"},
     # Worker replicas ready/desired across the pools.
     {"name": "Replicas", "type": "string", "jsonPath": ".status.workerReplicas"},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {
-        "name": "Message",
-        "type": "string",
-        "jsonPath": _condition("Ready") + ".message",
-        "priority": 1,
-    },
+    AGE,
+    MESSAGE,
+]
+GATEWAY_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    READY,
+    REASON,
+    # Deployments routed/selected.
+    {"name": "Deployments", "type": "string", "jsonPath": ".status.routedDeployments"},
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint"},
+    AGE,
+    MESSAGE,
 ]
 
 
 def crd() -> dict[str, Any]:
-    spec = openapi_schema(api.TranscriptionDeploymentSpec)
-    status = openapi_schema(api.TranscriptionDeploymentStatus)
+    """The TranscriptionDeployment's CRD."""
+    return _crd(
+        api.TranscriptionDeployment,
+        (api.KIND, api.PLURAL, api.SINGULAR, api.SHORT_NAMES),
+        api.TranscriptionDeploymentSpec,
+        api.TranscriptionDeploymentStatus,
+        PRINTER_COLUMNS,
+        "<name>-<pool>",
+    )
+
+
+def gateway_crd() -> dict[str, Any]:
+    """The TranscriptionGateway's CRD."""
+    return _crd(
+        api.TranscriptionGateway,
+        (api.GATEWAY_KIND, api.GATEWAY_PLURAL, api.GATEWAY_SINGULAR, api.GATEWAY_SHORT_NAMES),
+        api.TranscriptionGatewaySpec,
+        api.TranscriptionGatewayStatus,
+        GATEWAY_PRINTER_COLUMNS,
+        "<name>-frontend-internal",
+    )
+
+
+def _crd(
+    resource: type[BaseModel],
+    names: tuple[str, str, str, list[str]],
+    spec_model: type[BaseModel],
+    status_model: type[BaseModel],
+    columns: list[dict[str, Any]],
+    children: str,
+) -> dict[str, Any]:
+    kind, plural, singular, short_names = names
+    spec = openapi_schema(spec_model)
+    status = openapi_schema(status_model)
     root = {
         "type": "object",
-        "description": (api.TranscriptionDeployment.__doc__ or "").strip(),
+        "description": " ".join((resource.__doc__ or "").split()),
         "required": ["spec"],
         "x-kubernetes-validations": [
             {
                 "rule": f"size(self.metadata.name) <= {api.MAX_NAME}",
                 "message": f"metadata.name must be at most {api.MAX_NAME} characters (children "
-                "are named <name>-<pool> and must fit a 63-character DNS label)",
+                f"are named {children} and must fit a 63-character DNS label)",
             }
         ],
         "properties": {
@@ -164,18 +212,18 @@ def crd() -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{api.PLURAL}.{api.GROUP}",
+            "name": f"{plural}.{api.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "transcription-operator"},
         },
         "spec": {
             "group": api.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": api.SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
                 "categories": ["all", "transcription"],
             },
             "versions": [
@@ -184,7 +232,7 @@ def crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
@@ -200,22 +248,28 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def render() -> str:
-    return HEADER + yaml.dump(crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+def render(doc: dict[str, Any] | None = None) -> str:
+    """A CRD (default: the TranscriptionDeployment's) as the committed file holds it."""
+    return HEADER + yaml.dump(doc or crd(), Dumper=_NoAliasDumper, sort_keys=False, width=100)
+
+
+# Each committed CRD file, by name (in crds/ and in the chart's files/), and its source.
+FILES = {CRD_PATH.name: crd, GATEWAY_CRD_PATH.name: gateway_crd}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the TranscriptionDeployment CRD.")
-    parser.add_argument("--write", action="store_true", help=f"write {CRD_PATH}")
+    parser = argparse.ArgumentParser(description="Generate the CRDs.")
+    parser.add_argument("--write", action="store_true", help="write crds/ and the chart's copies")
     args = parser.parse_args(argv)
-    text = render()
-    if args.write:
-        for path in (CRD_PATH, CHART_CRD_PATH):
+    for name, make in FILES.items():
+        text = render(make())
+        if not args.write:
+            sys.stdout.write(text)
+            continue
+        for path in (CRD_PATH.parent / name, CHART_FILES / name):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
     return 0
 
 

@@ -39,6 +39,21 @@ KubeObject = Annotated[
 ]
 
 
+class NamedByMetadata:
+    """`name` and `namespace` of an object (a resource, as parsed or as read) from its
+    `metadata`."""
+
+    metadata: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", "default"))
+
+
 @dataclass(frozen=True)
 class Rule(Generic[M]):
     """One cross-field rule: `cel`, the API server's check, and `holds`, its Python twin;

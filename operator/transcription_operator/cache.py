@@ -15,9 +15,10 @@ from typing import Any
 
 from transcription_api.v1alpha1 import KIND as TD_KIND
 
+from .kinds import RESOURCE_KIND_NAMES
 from .names import INSTANCE_LABEL, MANAGED_SELECTOR
 
-Key = tuple[str, str, str]  # kind, namespace, name
+Key = tuple[str, str, str]  # kind, namespace ("" for a namespace itself), name
 # Server-side filters of the two streams status reads.
 POD_SELECTOR = MANAGED_SELECTOR
 EVENT_SELECTOR = "involvedObject.kind=Pod,type=Warning"
@@ -26,6 +27,17 @@ EVENT_SELECTOR = "involvedObject.kind=Pod,type=Warning"
 def instance_of(obj: dict[str, Any]) -> str | None:
     """The resource (instance label) a child or a pod belongs to."""
     return (obj["metadata"].get("labels") or {}).get(INSTANCE_LABEL)
+
+
+def owner_of(obj: dict[str, Any]) -> Key | None:
+    """The resource (kind, namespace, name) a child belongs to: its controller, else (a
+    child without owner references) the TranscriptionDeployment its instance label names."""
+    meta = obj["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") in RESOURCE_KIND_NAMES:
+            return ref["kind"], meta["namespace"], ref["name"]
+    instance = instance_of(obj)
+    return (TD_KIND, meta["namespace"], instance) if instance else None
 
 
 class Cache:
@@ -50,7 +62,7 @@ class Cache:
 
     def _put(self, obj: dict[str, Any]) -> bool:
         m = obj["metadata"]
-        key = (obj["kind"], m["namespace"], m["name"])
+        key = (obj["kind"], m.get("namespace", ""), m["name"])
         held = self._objs.get(key)
         if held is not None and _older(m, held["metadata"]):
             return False
@@ -61,7 +73,7 @@ class Cache:
     def put_if_absent(self, obj: dict[str, Any]) -> None:
         m = obj["metadata"]
         with self._lock:
-            if (obj["kind"], m["namespace"], m["name"]) not in self._objs:
+            if (obj["kind"], m.get("namespace", ""), m["name"]) not in self._objs:
                 self._put(obj)
 
     def drop(self, kind: str, namespace: str, name: str) -> None:
@@ -90,7 +102,7 @@ class Cache:
             keys = set()
             for obj in listed:
                 m = obj["metadata"]
-                key = (kind, m["namespace"], m["name"])
+                key = (kind, m.get("namespace", ""), m["name"])
                 keys.add(key)
                 if self._dropped.get(key, -1) <= mark and self._put(obj):
                     changed.append(obj)
@@ -112,8 +124,8 @@ class Cache:
         return [
             o
             for o in objs
-            if o["kind"] != TD_KIND
-            and o["metadata"]["namespace"] == namespace
+            if o["kind"] not in RESOURCE_KIND_NAMES
+            and o["metadata"].get("namespace") == namespace
             and (o["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == instance
             and any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
         ]
@@ -121,6 +133,17 @@ class Cache:
     def keys(self, kind: str) -> list[tuple[str, str]]:
         with self._lock:
             return [(ns, name) for k, ns, name in self._objs if k == kind]
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [o for (k, _, _), o in self._objs.items() if k == kind]
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every cached namespace's labels, by name."""
+        return {
+            o["metadata"]["name"]: dict(o["metadata"].get("labels") or {})
+            for o in self.objects("Namespace")
+        }
 
     def count(self, kind: str) -> int:
         with self._lock:

@@ -3,23 +3,34 @@
 kopf is used for what it does well -- watching, login, liveness, graceful shutdown -- and
 only through *event* handlers, which kopf keeps no bookkeeping for: no annotations, no
 finalizers, no status fields are written by kopf (GitOps tools see no drift). Every event
-of a resource or of one of its children records the object and enqueues the resource; the
-manager's workers reconcile it.
+of a resource (a TranscriptionDeployment or a TranscriptionGateway) or of one of its
+children records the object and enqueues the resource; a deployment's also enqueues the
+gateways, a gateway's the deployments it selected before and after; the manager's workers
+reconcile them.
 
 Importing this module registers the handlers with kopf.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from transcription_api.v1alpha1 import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from transcription_api.v1alpha1 import (
+    API_VERSION,
+    GATEWAY_KIND,
+    GATEWAY_PLURAL,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+)
 
 from . import manager
-from .cache import EVENT_SELECTOR, POD_SELECTOR, instance_of
-from .kinds import CHILDREN, Kind
+from .cache import EVENT_SELECTOR, POD_SELECTOR, owner_of
+from .kinds import CHILDREN, NAMESPACE, Kind
 from .kube import Kube
 from .names import MANAGED_BY_LABEL, PART_OF
 
@@ -100,9 +111,46 @@ def queue_depth(**_: Any) -> int:
 # thread-safe). Each only records the object and queues a key.
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    obj, news = manager.RUNTIME.remember(KIND, API_VERSION, event.get("type"), body)
+    rt = manager.RUNTIME
+    obj, news = rt.remember(KIND, API_VERSION, event.get("type"), body)
     if news:
-        manager.RUNTIME.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
+        rt.enqueue((KIND, obj["metadata"]["namespace"], obj["metadata"]["name"]), KIND)
+        rt.enqueue_gateways(KIND)  # any may route it: their routes and status follow
+
+
+@kopf.on.event(GROUP, VERSION, GATEWAY_PLURAL)
+async def gateway_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    rt = manager.RUNTIME
+    meta = body["metadata"]
+    before = rt.selected_by(rt.cache.get(GATEWAY_KIND, meta["namespace"], meta["name"]))
+    obj, news = rt.remember(GATEWAY_KIND, API_VERSION, event.get("type"), body)
+    if not news:
+        return
+    rt.enqueue((GATEWAY_KIND, meta["namespace"], meta["name"]), GATEWAY_KIND)
+    after = set() if event.get("type") == "DELETED" else rt.selected_by(obj)
+    for key in sorted(before | after):  # their status names the gateway, or did
+        rt.enqueue(key, GATEWAY_KIND)
+
+
+async def namespace_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    """A namespace's labels: what gateways that select namespaces by label look at."""
+    _, news = manager.RUNTIME.remember(NAMESPACE.kind, "v1", event.get("type"), body)
+    if news:
+        manager.RUNTIME.enqueue_gateways(NAMESPACE.kind)
+
+
+def watch_namespaces() -> None:
+    """Register the namespaces' watch: only for an operator that watches every namespace
+    (one that watches named namespaces may not read namespaces, and does not)."""
+    kopf.on.event("", "v1", NAMESPACE.plural, id="watch-namespaces")(namespace_event)
+
+
+def child_seen(kind: Kind, event_type: str | None, body: Mapping[str, Any]) -> None:
+    """A child's watch event: record it, and enqueue its resource if it is news."""
+    obj, news = manager.RUNTIME.remember(kind.kind, kind.api_version, event_type, body)
+    owner = owner_of(obj)
+    if owner and news:
+        manager.RUNTIME.enqueue(owner, kind.kind)
 
 
 def _register_child(kind: Kind) -> None:
@@ -110,10 +158,7 @@ def _register_child(kind: Kind) -> None:
     plural = kind.plural
 
     async def child_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        obj, news = manager.RUNTIME.remember(kind.kind, kind.api_version, event.get("type"), body)
-        instance = instance_of(obj)
-        if instance and news:
-            manager.RUNTIME.enqueue((obj["metadata"]["namespace"], instance), kind.kind)
+        child_seen(kind, event.get("type"), body)
 
     child_event.__name__ = f"{kind.kind.lower()}_event"
     kopf.on.event(
@@ -133,7 +178,7 @@ for _kind in CHILDREN:
 async def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
     key = manager.RUNTIME.remember_pod(dict(body), deleted=event.get("type") == "DELETED")
     if key:
-        manager.RUNTIME.enqueue(key, "Pod")
+        manager.RUNTIME.enqueue_instance(key, "Pod")
 
 
 @kopf.on.event("", "v1", "events", id="watch-pod-events")
@@ -143,4 +188,4 @@ async def pod_warning_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> 
         return  # the field selector already keeps these out; a list without it might not
     key = manager.RUNTIME.remember_pod_event(obj, deleted=event.get("type") == "DELETED")
     if key:
-        manager.RUNTIME.enqueue(key, "Event")
+        manager.RUNTIME.enqueue_instance(key, "Event")

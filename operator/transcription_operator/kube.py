@@ -1,7 +1,7 @@
 """A small typed layer over the official client's ApiClient: generic REST by kind.
 
 Server-side apply, delete with a UID precondition, status patches and Events, for the few
-kinds the operator owns. Every request is counted (operator metrics and the benchmark
+kinds the operator touches. Every request is counted (operator metrics and the benchmark
 report API requests per reconcile).
 """
 
@@ -145,11 +145,13 @@ class Kube:
                 return False
             raise
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch the resource's status; returns the object as the server stored it."""
+    def patch_status(
+        self, namespace: str, name: str, status: dict[str, Any], kind: str = KIND
+    ) -> dict[str, Any]:
+        """Merge-patch a resource's status; returns the object as the server stored it."""
         obj: dict[str, Any] = self.request(
             "PATCH",
-            KINDS[KIND].path(namespace, name, "status"),
+            KINDS[kind].path(namespace, name, "status"),
             body={"status": status},
             content_type="application/merge-patch+json",
         )

@@ -19,7 +19,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from . import (
-    handlers,  # noqa: F401 -- importing it registers the kopf handlers
+    handlers,  # importing it registers the kopf handlers
     manager,
 )
 from .config import OperatorConfig
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     manager.RUNTIME.kubeconfig = args.kubeconfig
     namespaces: list[str] = args.namespace or list(OperatorConfig.from_env().namespaces)
     manager.RUNTIME.namespaces = tuple(namespaces)
+    if not namespaces:
+        handlers.watch_namespaces()
     manager.RUNTIME.election_config = args.election
     start_http_server(args.metrics_port)
     logging.getLogger(__name__).info(

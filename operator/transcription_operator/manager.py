@@ -2,9 +2,12 @@
 workers, the relister, and the leader election that gates the workers.
 
 Every event of a resource or of one of its children enqueues the resource (`handlers.py`
-says which); queue workers run the level-triggered `Reconciler` (in a thread, as the
-official client is synchronous), with per-resource exclusivity, exponential backoff on API
-errors and a periodic resync.
+says which): a key (kind, namespace, name), the kind a TranscriptionDeployment or a
+TranscriptionGateway. A deployment's change also enqueues every gateway (which may route
+it), and a gateway's change the deployments it selected before and after (whose status
+names it); queue workers run the level-triggered `Reconciler` (in a thread, as the official
+client is synchronous), with per-resource exclusivity, exponential backoff on API errors
+and a periodic resync.
 
 With leader election (`--leader-elect`, `leader.py`), every replica watches and keeps its
 cache hot, but only the leader's workers reconcile (and so write children, status and
@@ -26,12 +29,12 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from transcription_api.v1alpha1 import KIND
+from transcription_api.v1alpha1 import GATEWAY_KIND, KIND, TranscriptionGateway
 
 from . import metrics
-from .cache import EVENT_SELECTOR, POD_SELECTOR, Cache, Pods, instance_of
+from .cache import EVENT_SELECTOR, POD_SELECTOR, Cache, Key, Pods, owner_of
 from .config import OperatorConfig
-from .kinds import CHILDREN, RESOURCE
+from .kinds import CHILDREN, NAMESPACE, RESOURCES
 from .kube import Kube, KubeError
 from .leader import ElectionConfig, LeaderElection, LeaseLock
 from .names import MANAGED_SELECTOR
@@ -52,7 +55,7 @@ class Runtime:
     def __init__(self) -> None:
         self.cache = Cache()
         self.pods = Pods()
-        self.queue: WorkQueue[tuple[str, str]] = WorkQueue()
+        self.queue: WorkQueue[Key] = WorkQueue()
         self.reconciler: Reconciler | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.kubeconfig: str | None = None
@@ -72,11 +75,36 @@ class Runtime:
 
     # ------------------------------------------------------------------ watch events
 
-    def enqueue(self, key: tuple[str, str], by: str, delay: float = 0.0) -> None:
-        """Ask for a reconcile of the resource (namespace, name); `by` says what asked (a
-        kind whose watch event it is, "requeue", "resync", ...: the metric's label)."""
+    def enqueue(self, key: Key, by: str, delay: float = 0.0) -> None:
+        """Ask for a reconcile of the resource (kind, namespace, name); `by` says what asked
+        (a kind whose watch event it is, "requeue", "resync", ...: the metric's label)."""
         metrics.ENQUEUED.labels(by=by).inc()
         self.queue.add(key, delay=delay)
+
+    def resource_keys(self) -> list[Key]:
+        """Every resource the cache holds, of both kinds."""
+        return [(k.kind, ns, name) for k in RESOURCES for ns, name in self.cache.keys(k.kind)]
+
+    def enqueue_gateways(self, by: str) -> None:
+        """Every gateway: a deployment changed (one may route it) or a namespace's labels."""
+        for ns, name in self.cache.keys(GATEWAY_KIND):
+            self.enqueue((GATEWAY_KIND, ns, name), by)
+
+    def selected_by(self, body: dict[str, Any] | None) -> set[Key]:
+        """The deployments a gateway (as cached) selects, routed or refused."""
+        if body is None or self.reconciler is None:
+            return set()
+        try:
+            gw = TranscriptionGateway.model_validate(body)
+        except ValueError:
+            return set()
+        return {(KIND, v.namespace, v.name) for v in self.reconciler.select(gw).verdicts}
+
+    def enqueue_instance(self, key: tuple[str, str], by: str) -> None:
+        """The resource of either kind named by a pod's instance label."""
+        for kind in (KIND, GATEWAY_KIND):
+            if self.cache.get(kind, *key) is not None:
+                self.enqueue((kind, *key), by)
 
     def remember(
         self, kind: str, api_version: str, event_type: str | None, body: Mapping[str, Any]
@@ -94,7 +122,7 @@ class Runtime:
             # exists and says nothing of what was deleted meanwhile. `_relister` finds out.
             self.relist_wanted.set()
         if event_type == "DELETED":
-            self.cache.drop(kind, meta["namespace"], meta["name"])
+            self.cache.drop(kind, meta.get("namespace", ""), meta["name"])
         else:
             news = self.cache.put(obj) or event_type is None
         metrics.MANAGED.labels(kind=kind).set(self.cache.count(kind))
@@ -121,7 +149,7 @@ class Runtime:
 
     # ------------------------------------------------------------------ reconciles
 
-    async def reconcile(self, key: tuple[str, str]) -> None:
+    async def reconcile(self, key: Key) -> None:
         """One reconcile of a key the queue handed out, in a thread: backoff on failure,
         a requeue when the result asks for one."""
         assert self.reconciler is not None
@@ -131,14 +159,16 @@ class Runtime:
             except Exception as e:
                 delay = self.queue.retry(key)
                 metrics.RECONCILES.labels(result="error").inc()
-                log.warning("reconcile %s/%s failed (retry in %.0fs): %s", *key, delay, e)
+                log.warning("reconcile %s %s/%s failed (retry in %.0fs): %s", *key, delay, e)
                 return
         self.queue.forget(key)
         metrics.RECONCILES.labels(result=result.outcome).inc()
         if result.writes:
-            log.info("reconciled %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
+            log.info("reconciled %s %s/%s: %s (%d writes)", *key, result.outcome, result.writes)
         if result.requeue_after:
             self.enqueue(key, "requeue", delay=result.requeue_after)
+        for other in result.enqueue:
+            self.enqueue(other, "status")
 
 
 RUNTIME = Runtime()
@@ -155,7 +185,8 @@ async def start() -> None:
     """Fill the caches, then start the workers, the relister and (if asked) the election."""
     kube = Kube.connect(RUNTIME.kubeconfig)
     cfg = OperatorConfig.from_env()
-    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods)
+    cluster_wide = not RUNTIME.namespaces
+    RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods, cluster_wide)
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
     RUNTIME.tasks.append(asyncio.create_task(_relister(kube)))
@@ -212,8 +243,8 @@ def _started_leading() -> None:
     """Reconcile everything known at once: the cache is already warm."""
     metrics.LEADER.set(1)
     RUNTIME.leading.set()
-    for ns, name in RUNTIME.cache.keys(KIND):
-        RUNTIME.enqueue((ns, name), "leader")
+    for key in RUNTIME.resource_keys():
+        RUNTIME.enqueue(key, "leader")
 
 
 def _stopped_leading() -> None:
@@ -263,13 +294,13 @@ async def _worker(index: int) -> None:
 # --------------------------------------------------------------------------- relister
 
 
-def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[tuple[str, str]]:
-    """List the resources and their children afresh and make the cache agree, as an
-    informer's relist does: what was deleted while a watch was away is forgotten. Returns
-    the resources (namespace, name) whose objects changed."""
-    keys: set[tuple[str, str]] = set()
-    for kind in (RESOURCE, *CHILDREN):
-        selector = "" if kind is RESOURCE else MANAGED_SELECTOR
+def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[Key]:
+    """List the resources and their children afresh (and, watching every namespace, the
+    namespaces) and make the cache agree, as an informer's relist does: what was deleted
+    while a watch was away is forgotten. Returns the resources whose objects changed."""
+    keys: set[Key] = set()
+    for kind in (*RESOURCES, *CHILDREN):
+        selector = "" if kind in RESOURCES else MANAGED_SELECTOR
         for ns in namespaces or (None,):
             mark = RUNTIME.cache.mark()
             try:
@@ -280,10 +311,17 @@ def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[tuple[str, str]]:
                 raise
             for obj in RUNTIME.cache.replace(kind.kind, ns, objs, mark):
                 meta = obj["metadata"]
-                instance = meta["name"] if kind is RESOURCE else instance_of(obj)
-                if instance:
-                    keys.add((meta["namespace"], instance))
+                key = (kind.kind, meta["namespace"], meta["name"])
+                owner = key if kind in RESOURCES else owner_of(obj)
+                if owner:
+                    keys.add(owner)
         metrics.MANAGED.labels(kind=kind.kind).set(RUNTIME.cache.count(kind.kind))
+    if not namespaces:
+        mark = RUNTIME.cache.mark()
+        if RUNTIME.cache.replace(NAMESPACE.kind, None, kube.list(NAMESPACE.kind, None), mark):
+            keys |= {(GATEWAY_KIND, ns, name) for ns, name in RUNTIME.cache.keys(GATEWAY_KIND)}
+    if any(k[0] == KIND for k in keys):  # a deployment changed: the gateways may route it
+        keys |= {(GATEWAY_KIND, ns, name) for ns, name in RUNTIME.cache.keys(GATEWAY_KIND)}
     return keys
 
 
@@ -296,7 +334,7 @@ async def _relister(kube: Kube) -> None:
         try:
             await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
         except TimeoutError:
-            for key in RUNTIME.cache.keys(KIND):
+            for key in RUNTIME.resource_keys():
                 RUNTIME.enqueue(key, "resync")
             continue
         while RUNTIME.relist_wanted.is_set():  # until the listings settle

@@ -9,11 +9,12 @@ Each condition carries `observedGeneration`; `lastTransitionTime` only moves whe
 status of the condition changes, so a steady resource gets an identical status and the
 operator writes nothing.
 
-`Ready` means "a request of every declared kind would be served now": a ready frontend,
-and for each kind a pool covering it with a ready replica, old or new (or one at zero,
-which wakes on demand). So it stays True while old replicas serve through a rollout,
-stuck or not, as a Deployment stays Available. The rest says where the rollout stands;
-exactly one of three states holds:
+`Ready` means "a request of every declared kind would be served now": a ready frontend
+(without one of its own, `spec.frontend.enabled: false`, a gateway that routes it; else
+NotRouted, a failure), and for each kind a pool covering it with a ready replica, old or
+new (or one at zero, which wakes on demand). So it stays True while old replicas serve
+through a rollout, stuck or not, as a Deployment stays Available. The rest says where the
+rollout stands; exactly one of three states holds:
 - *failed* (something needs a human: a missing Secret, traffic no pool covers, no replica
   for a declared endpoint, a spec finding, pods that crash-loop or cannot pull their image,
   a rollout past its Deployment's progressDeadlineSeconds): Degraded=Stalled=True,
@@ -31,15 +32,18 @@ Ready's message names what is not ready and why, in the words the cluster used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from transcription_api.capabilities import Capability, traffic_needs
 from transcription_api.findings import findings
+from transcription_api.schema import CrdModel
 from transcription_api.v1alpha1 import (
     Condition,
     ConditionStatus,
     FrontendStatus,
+    GatewayRouting,
     NotReady,
     PoolStatus,
     ResourcesSpec,
@@ -52,6 +56,7 @@ from .config import OperatorConfig
 from .diagnose import is_failing, parse_time, progress_deadline_exceeded, summarise
 from .names import COMPONENT_LABEL, POOL_LABEL, frontend_name, pool_object_name
 from .plan import Plan, PlannedPool, describe
+from .selection import REFUSALS
 
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
 ENDPOINTS = (Capability.TRANSCRIPTIONS, Capability.TRANSLATIONS)
@@ -68,6 +73,10 @@ class Observed:
     problems: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
     pods: list[dict[str, Any]] = field(default_factory=list)  # the resource's pods
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # pod UID -> Warnings
+    # The gateways that select the resource (routing it or not), and the endpoint of the
+    # first that routes it (where clients reach a deployment without a frontend of its own).
+    gateways: list[GatewayRouting] = field(default_factory=list)
+    gateway_endpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +148,7 @@ def not_ready_text(nr: NotReady) -> str:
     return f"{nr.pods} pod{'s' if nr.pods != 1 else ''} {nr.reason}: {nr.message}"
 
 
-def _pods(pods: list[dict[str, Any]], component: str, pool: str | None) -> list[dict[str, Any]]:
+def pods_of(pods: list[dict[str, Any]], component: str, pool: str | None) -> list[dict[str, Any]]:
     out = []
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
@@ -151,7 +160,7 @@ def _pods(pods: list[dict[str, Any]], component: str, pool: str | None) -> list[
 def no_capacity(td: TranscriptionDeployment, the_plan: Plan) -> list[tuple[str, str]]:
     """Declared traffic that no replica can serve: every pool that covers it has 0 replicas."""
     out = []
-    if td.spec.frontend.replicas == 0:
+    if td.spec.frontend.enabled and td.spec.frontend.replicas == 0:
         out.append(
             ("NoCapacity", "spec.frontend.replicas is 0: nothing receives requests; scale it up")
         )
@@ -189,7 +198,7 @@ def no_capacity(td: TranscriptionDeployment, the_plan: Plan) -> list[tuple[str, 
     return out
 
 
-def _condition(
+def make_condition(
     type_: str,
     status: ConditionStatus,
     reason: str,
@@ -211,7 +220,7 @@ def _condition(
 
 
 @dataclass
-class _Progress:
+class Progress:
     """Rollouts still waiting (with their pods' reason) and those that failed."""
 
     waiting: list[tuple[str | None, str]] = field(default_factory=list)  # (reason, text)
@@ -243,7 +252,7 @@ def compute_status(
     at = parse_time(now)
 
     pools: list[PoolStatus] = []
-    progress = _Progress()
+    progress = Progress()
     ready_pools = 0
     asleep: list[str] = []  # autoscaled pools at zero, which wake on demand
     for p in the_plan.pools:
@@ -254,7 +263,7 @@ def compute_status(
             asleep.append(p.name)
         nr = None
         if not r.done:
-            nr = summarise(dep, _pods(observed.pods, "worker", p.name), observed.events, at)
+            nr = summarise(dep, pods_of(observed.pods, "worker", p.name), observed.events, at)
             progress.add(f"pool {p.name}", r, nr, dep)
         else:
             ready_pools += 1
@@ -273,14 +282,18 @@ def compute_status(
                 not_ready=nr,
             )
         )
+    own = td.spec.frontend.enabled  # else served through gateways only
+    routing = [g for g in observed.gateways if g.routed]
     fe_dep = observed.deployments.get(frontend_name(td))
     fe = rollout(fe_dep, td.spec.frontend.replicas)
     fe_nr = None
-    if not fe.done:
-        fe_nr = summarise(fe_dep, _pods(observed.pods, "frontend", None), observed.events, at)
+    if own and not fe.done:
+        fe_nr = summarise(fe_dep, pods_of(observed.pods, "frontend", None), observed.events, at)
         progress.add("frontend", fe, fe_nr, fe_dep)
 
     problems = list(observed.problems)
+    if not own and not routing:
+        problems.append(("NotRouted", not_routed(observed.gateways)))
     for need in the_plan.uncovered:
         missing = f"no pool can serve {describe(need)}: missing " + ", ".join(sorted(need))
         if td.spec.auto_split.enabled:
@@ -291,53 +304,24 @@ def compute_status(
         problems.append(("TrafficNotCovered", missing + hint))
     problems += findings(td.spec)
     problems += no_capacity(td, the_plan)
-    serving = not problems and _serving(td, the_plan, pools, asleep, fe.ready)
+    frontends = fe.ready if own else len(routing)
+    serving = not problems and _serving(td, the_plan, pools, asleep, frontends)
     problems += progress.failed
 
     def cond(type_: str, status: ConditionStatus, reason: str, message: str) -> Condition:
-        return _condition(type_, status, reason, message, generation, previous, now)
+        return make_condition(type_, status, reason, message, generation, previous, now)
 
-    waiting_msg = "waiting for " + "; ".join(t for _, t in progress.waiting)
-    still = f"; {waiting_msg}" if progress.waiting else ""
-    conditions: list[Condition]
-    if problems:
-        reason, _ = problems[0]
-        msg = "; ".join(m for _, m in problems)
-        conditions = [
-            cond("Ready", T, reason, SERVING + msg + still)
-            if serving
-            else cond("Ready", F, reason, msg + still),
-            cond("Degraded", T, reason, msg),
-            cond("Stalled", T, reason, msg),
-            cond("Progressing", F, reason, msg),
-            cond("Reconciling", F, reason, msg),
-        ]
-    elif progress.waiting:
-        why = next((r for r, _ in progress.waiting if r), None) or "RollingOut"
-        conditions = [
-            cond("Ready", T, "RollingOut", SERVING + waiting_msg)
-            if serving
-            else cond("Ready", F, why if why != "RollingOut" else "NotServing", waiting_msg),
-            cond("Degraded", F, "AsExpected", ""),
-            cond("Stalled", F, "AsExpected", ""),
-            cond("Progressing", T, why, waiting_msg),
-            cond("Reconciling", T, why, waiting_msg),
-        ]
-    else:
-        ready_reason, ready_msg = "Ready", f"{ready_pools} pool(s) and the frontend are ready"
-        if asleep:
-            ready_reason = "ScaledToZero"
-            ready_msg += (
-                f"; pool{'s' if len(asleep) > 1 else ''} {', '.join(asleep)} scaled to zero, "
-                "woken by the first request (the frontend holds it meanwhile)"
-            )
-        conditions = [
-            cond("Ready", T, ready_reason, ready_msg),
-            cond("Degraded", F, "AsExpected", ""),
-            cond("Stalled", F, "AsExpected", ""),
-            cond("Progressing", F, "Complete", ""),
-            cond("Reconciling", F, "Complete", ""),
-        ]
+    ready_reason, ready_msg = "Ready", f"{ready_pools} pool(s) and the frontend are ready"
+    if not own:
+        through = ", ".join(f"{g.namespace}/{g.name}" for g in routing)
+        ready_msg = f"{ready_pools} pool(s) are ready, served through gateway {through}"
+    if asleep:
+        ready_reason = "ScaledToZero"
+        ready_msg += (
+            f"; pool{'s' if len(asleep) > 1 else ''} {', '.join(asleep)} scaled to zero, "
+            "woken by the first request (the frontend holds it meanwhile)"
+        )
+    conditions = health(cond, problems, serving, progress.waiting, (ready_reason, ready_msg))
     conditions.append(cond("AutoSplit", *_auto_split(td, the_plan)))
 
     desired = sum(p.replicas for p in pools)
@@ -348,12 +332,73 @@ def compute_status(
         pools=pools,
         frontend=FrontendStatus(
             replicas=td.spec.frontend.replicas, ready_replicas=fe.ready, not_ready=fe_nr
-        ),
+        )
+        if own
+        else None,
         ready_pools=f"{ready_pools}/{len(the_plan.pools)}",
         worker_replicas=f"{ready}/{desired}",
-        endpoint=endpoint_url(td, cfg),
+        endpoint=endpoint_url(td, cfg) if own else observed.gateway_endpoint,
         models=td.spec.model.served_names,
+        gateways=observed.gateways,
     )
+
+
+def not_routed(gateways: list[GatewayRouting]) -> str:
+    """NotRouted's message: no frontend of its own, and no gateway routes it (why not)."""
+    why = "; ".join(f"gateway {g.namespace}/{g.name} refuses it: {g.message}" for g in gateways)
+    return (
+        "spec.frontend.enabled is false and no TranscriptionGateway routes this deployment"
+        + (f": {why}" if why else " (none selects it)")
+        + "; add the labels a gateway selects, or enable spec.frontend"
+    )
+
+
+Cond = Callable[[str, ConditionStatus, str, str], Condition]
+
+
+def health(
+    cond: Cond,
+    problems: list[tuple[str, str]],
+    serving: bool,
+    waiting: list[tuple[str | None, str]],
+    done: tuple[str, str],
+    serving_prefix: str = SERVING,
+) -> list[Condition]:
+    """Ready, Degraded, Stalled, Progressing and Reconciling: *failed* (problems), else
+    *progressing* (waiting), else *done* (Ready with `done`'s reason and message); Ready
+    True while `serving` (its message then opens with `serving_prefix`)."""
+    waiting_msg = "waiting for " + "; ".join(t for _, t in waiting)
+    still = f"; {waiting_msg}" if waiting else ""
+    if problems:
+        reason, _ = problems[0]
+        msg = "; ".join(m for _, m in problems)
+        return [
+            cond("Ready", T, reason, serving_prefix + msg + still)
+            if serving
+            else cond("Ready", F, reason, msg + still),
+            cond("Degraded", T, reason, msg),
+            cond("Stalled", T, reason, msg),
+            cond("Progressing", F, reason, msg),
+            cond("Reconciling", F, reason, msg),
+        ]
+    if waiting:
+        why = next((r for r, _ in waiting if r), None) or "RollingOut"
+        return [
+            cond("Ready", T, "RollingOut", serving_prefix + waiting_msg)
+            if serving
+            else cond("Ready", F, why if why != "RollingOut" else "NotServing", waiting_msg),
+            cond("Degraded", F, "AsExpected", ""),
+            cond("Stalled", F, "AsExpected", ""),
+            cond("Progressing", T, why, waiting_msg),
+            cond("Reconciling", T, why, waiting_msg),
+        ]
+    return [
+        cond("Ready", T, *done),
+        cond("Degraded", F, "AsExpected", ""),
+        cond("Stalled", F, "AsExpected", ""),
+        cond("Progressing", F, "Complete", ""),
+        cond("Reconciling", F, "Complete", ""),
+    ]
 
 
 def _serving(
@@ -433,16 +478,44 @@ def status_events(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, s
             kind = "Warning" if is_failing(nr["reason"]) or nr["reason"] in WARN else "Normal"
             out.append((kind, nr["reason"], f"{what}: {text}"))
 
+    routing = routing_events(old.get("gateways", []), new.get("gateways", []), "gateway ")
+    # A gateway's routed entries carry the deployment's own Ready reason: not a refusal.
+    refused = [e for e in new.get("deployments", []) if not e["routed"]]
+    routing += routing_events(old.get("deployments", []), refused, "")
+    out += routing
+    posted = pod_reasons | {reason for _, reason, _ in routing}
     degraded = after.get("Degraded") or {}
     if (
         degraded.get("status") == "True"
         and changed("Degraded", "status", "reason")
-        and degraded.get("reason") not in pod_reasons
+        and degraded.get("reason") not in posted
     ):
         out.append(("Warning", degraded["reason"], degraded["message"]))
     ready = after.get("Ready") or {}
     if ready.get("status") == "True" and "Ready" in before and changed("Ready", "status"):
         out.append(("Normal", "Ready", ready["message"]))
+    return out
+
+
+def routing_events(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], what: str
+) -> list[tuple[str, str, str]]:
+    """A Warning for each new refusal or conflict between a gateway and a deployment (an
+    entry of a deployment's status.gateways, `what` "gateway ", or of a gateway's
+    status.deployments), once: not again while it says the same."""
+    before = {(e["namespace"], e["name"]): e for e in old}
+    out = []
+    for e in new:
+        prev = before.get((e["namespace"], e["name"])) or {}
+        said = (prev.get("reason"), prev.get("message"))
+        if e["reason"] in REFUSALS and said != (e["reason"], e.get("message")):
+            out.append(
+                (
+                    "Warning",
+                    e["reason"],
+                    f"{what}{e['namespace']}/{e['name']}: {e.get('message', '')}",
+                )
+            )
     return out
 
 
@@ -489,11 +562,12 @@ def invalid_spec_status(
     return TranscriptionDeploymentStatus(
         observed_generation=generation,
         conditions=[
-            _condition(t, s, reason, message, generation, previous, now)
+            make_condition(t, s, reason, message, generation, previous, now)
             for t, s in (("Ready", F), ("Degraded", T), ("Stalled", T))
         ],
     )
 
 
-def status_body(status: TranscriptionDeploymentStatus) -> dict[str, Any]:
+def status_body(status: CrdModel) -> dict[str, Any]:
+    """A status (of either kind) as the resource stores it."""
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")

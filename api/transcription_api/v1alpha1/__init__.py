@@ -9,7 +9,8 @@ objects it reads); `spec_problems` runs the twins.
 
 One module per part of the spec: `model`, `pools` (and the automatic split, traffic),
 `frontend`, `containers` (resources, env, images, pod overrides), `observability`
-(tracing, monitoring), `spec` (the whole, and the rules across its parts) and `status`.
+(tracing, monitoring), `spec` (the whole, and the rules across its parts) and `status`;
+`gateway` is the other kind, `TranscriptionGateway` (many deployments behind one frontend).
 Import them from here. The frontend's limits and chunking are the frontend settings' own
 models (`transcription_api.frontend`).
 """
@@ -20,9 +21,27 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from ..schema import CrdModel
+from ..schema import CrdModel, NamedByMetadata
 from .containers import DNS_SUBDOMAIN, EnvVar, ImagesSpec, PodOverrides, ResourcesSpec, SecretKeyRef
 from .frontend import FrontendServiceSpec, FrontendSpec, ServiceType
+from .gateway import (
+    GATEWAY_KIND,
+    GATEWAY_PLURAL,
+    GATEWAY_SHORT_NAMES,
+    GATEWAY_SINGULAR,
+    GatewayImagesSpec,
+    GatewayNamespaces,
+    GatewayNetworkPolicySpec,
+    LabelSelector,
+    LabelSelectorRequirement,
+    NamespacesFrom,
+    RoutedDeployment,
+    SelectorOperator,
+    TranscriptionGateway,
+    TranscriptionGatewaySpec,
+    TranscriptionGatewayStatus,
+    gateway_problems,
+)
 from .model import MAX_ALIASES, MODEL_NAME, MODEL_RULES, CacheSpec, ModelSpec, WeightsSource
 from .observability import (
     OTLP_ENDPOINT,
@@ -43,9 +62,11 @@ from .pools import (
     TrafficSpec,
 )
 from .spec import (
+    MAX_ALLOWED_GATEWAYS,
     MAX_POOLS,
     RESERVED_POOL_NAMES,
     SPEC_RULES,
+    AllowedGateway,
     NetworkPolicySpec,
     TranscriptionDeploymentSpec,
     default_mode,
@@ -55,6 +76,7 @@ from .status import (
     Condition,
     ConditionStatus,
     FrontendStatus,
+    GatewayRouting,
     NotReady,
     PoolStatus,
     TranscriptionDeploymentStatus,
@@ -65,9 +87,14 @@ __all__ = [
     "AUTOSCALING_RULES",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
+    "GATEWAY_KIND",
+    "GATEWAY_PLURAL",
+    "GATEWAY_SHORT_NAMES",
+    "GATEWAY_SINGULAR",
     "GROUP",
     "KIND",
     "MAX_ALIASES",
+    "MAX_ALLOWED_GATEWAYS",
     "MAX_ENGINE_ARGS",
     "MAX_NAME",
     "MAX_POOLS",
@@ -84,6 +111,7 @@ __all__ = [
     "TRACING_RULES",
     "VERSION",
     "WORKER_PROGRESS_DEADLINE",
+    "AllowedGateway",
     "AutoSplitSpec",
     "AutoscalingSpec",
     "CacheSpec",
@@ -93,24 +121,37 @@ __all__ = [
     "FrontendServiceSpec",
     "FrontendSpec",
     "FrontendStatus",
+    "GatewayImagesSpec",
+    "GatewayNamespaces",
+    "GatewayNetworkPolicySpec",
+    "GatewayRouting",
     "ImagesSpec",
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "ModelSpec",
     "MonitoringSpec",
+    "NamespacesFrom",
     "NetworkPolicySpec",
     "NotReady",
     "PodOverrides",
     "PoolSpec",
     "PoolStatus",
     "ResourcesSpec",
+    "RoutedDeployment",
     "SecretKeyRef",
+    "SelectorOperator",
     "ServiceType",
     "TracingSpec",
     "TrafficSpec",
     "TranscriptionDeployment",
     "TranscriptionDeploymentSpec",
     "TranscriptionDeploymentStatus",
+    "TranscriptionGateway",
+    "TranscriptionGatewaySpec",
+    "TranscriptionGatewayStatus",
     "WeightsSource",
     "default_mode",
+    "gateway_problems",
     "spec_problems",
 ]
 
@@ -124,7 +165,7 @@ SHORT_NAMES = ["tdeploy"]
 MAX_NAME = 30  # metadata.name; children are named <name>-<pool> and must fit a DNS label
 
 
-class TranscriptionDeployment(CrdModel):
+class TranscriptionDeployment(NamedByMetadata, CrdModel):
     """A speech-to-text service: worker pools, an OpenAI-compatible frontend and routing."""
 
     api_version: Literal["transcription.dev/v1alpha1"] = Field(
@@ -140,11 +181,3 @@ class TranscriptionDeployment(CrdModel):
     )
 
     model_config = ConfigDict(extra="ignore")
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace", "default"))

@@ -4,7 +4,7 @@ environment, images and pod-level overrides.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -58,10 +58,21 @@ class EnvVar(CrdModel):
     )
 
 
+# The images fields a deployment and a gateway share.
+FrontendImage = Annotated[str | None, Field(description="Frontend image.")]
+PullPolicy = Annotated[
+    Literal["Always", "IfNotPresent", "Never"] | None,
+    Field(description="Image pull policy of every container."),
+]
+PullSecrets = Annotated[
+    list[str], Field(default_factory=list, description="Names of image pull Secrets.")
+]
+
+
 class ImagesSpec(CrdModel):
     """Container images; unset ones come from the operator's defaults."""
 
-    frontend: str | None = Field(default=None, description="Frontend image.")
+    frontend: FrontendImage = None
     vllm: str | None = Field(default=None, description="vLLM worker image for pools with GPUs.")
     vllm_cpu: str | None = Field(
         default=None, description="vLLM worker image for pools without GPUs (vLLM's CPU build)."
@@ -73,12 +84,8 @@ class ImagesSpec(CrdModel):
         default=None, description="faster-whisper worker image for pools with GPUs (CUDA)."
     )
     transformers: str | None = Field(default=None, description="transformers worker image.")
-    pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
-        default=None, description="Image pull policy of every container."
-    )
-    pull_secrets: list[str] = Field(
-        default_factory=list, description="Names of image pull Secrets."
-    )
+    pull_policy: PullPolicy = None
+    pull_secrets: PullSecrets
 
 
 class PodOverrides(CrdModel):

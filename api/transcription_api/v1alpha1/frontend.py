@@ -31,6 +31,13 @@ class FrontendServiceSpec(CrdModel):
 class FrontendSpec(CrdModel):
     """The OpenAI-compatible gateway in front of the pools."""
 
+    enabled: bool = Field(
+        default=True,
+        description="Run this deployment's own frontend and Service. false: none of its own "
+        "(no frontend Deployment, Service, scaler Service, PodDisruptionBudget, NetworkPolicy "
+        "or RBAC); it is served only through the TranscriptionGateways that route it, and is "
+        "Ready only while one does (else reason NotRouted).",
+    )
     replicas: int = Field(default=2, ge=0, le=100, description="Frontend replicas.")
     service: FrontendServiceSpec = Field(
         default_factory=FrontendServiceSpec, description="The frontend Service."

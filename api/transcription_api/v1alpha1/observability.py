@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -76,3 +77,13 @@ class TracingSpec(CrdModel):
         if broken(TRACING_RULES, self):
             raise ValueError(f"{OTLP_ENDPOINT_MESSAGE}; got {self.endpoint!r}")
         return self
+
+
+# `spec.tracing`, of a deployment and of a gateway alike.
+Tracing = Annotated[
+    TracingSpec,
+    Field(
+        default_factory=TracingSpec,
+        description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
+    ),
+]

@@ -4,19 +4,60 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import ConfigDict, Field, model_validator
 
 from ..capabilities import Engine, Mode, ModelFamily
 from ..engines import family_engines, supported_modes
 from ..schema import CrdModel, KubeObject, Rule, broken, validations
-from .containers import ImagesSpec, PodOverrides
+from .containers import DNS_SUBDOMAIN, ImagesSpec, PodOverrides
 from .frontend import FrontendSpec
 from .model import MODEL_RULES, ModelSpec
-from .observability import MonitoringSpec, TracingSpec
+from .observability import MonitoringSpec, Tracing
 from .pools import AUTOSCALING_RULES, POOL_RULES, AutoSplitSpec, PoolSpec, TrafficSpec
 
 MAX_POOLS = 8
+MAX_ALLOWED_GATEWAYS = 32
 RESERVED_POOL_NAMES = ("frontend", "routes", "scaler")
+
+# `networkPolicy.scalerFrom`, of a deployment's frontend and of a gateway's alike.
+ScalerFrom = Annotated[
+    list[KubeObject],
+    Field(
+        default_factory=lambda: [
+            {
+                "namespaceSelector": {},
+                "podSelector": {"matchLabels": {"app": "keda-operator"}},
+            }
+        ],
+        description="NetworkPolicy peers allowed to reach the frontend's internal ports (KEDA's "
+        "external scaler, gRPC) besides the frontend's own replicas; default: KEDA's operator "
+        "(pods labelled app=keda-operator, as both KEDA's release manifests and its Helm chart "
+        "label them) in any namespace. The client-facing port stays open to all.",
+    ),
+]
+
+
+class AllowedGateway(CrdModel):
+    """A gateway (or all of a namespace's) that may route to this deployment."""
+
+    # The consent of the deployment's owners, as Gateway API's ReferenceGrant gives it.
+
+    namespace: str = Field(
+        description="The gateways' namespace; `*`: any namespace.",
+        max_length=63,
+        pattern=r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$",
+    )
+    name: str | None = Field(
+        default=None,
+        description="The gateway's name; unset: every gateway of that namespace.",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+    )
+
+    def admits(self, namespace: str, name: str) -> bool:
+        return self.namespace in ("*", namespace) and self.name in (None, name)
 
 
 class NetworkPolicySpec(CrdModel):
@@ -39,18 +80,7 @@ class NetworkPolicySpec(CrdModel):
         description="NetworkPolicy peers allowed to scrape worker metrics; default: pods "
         "labelled app.kubernetes.io/name=prometheus in any namespace.",
     )
-    scaler_from: list[KubeObject] = Field(
-        default_factory=lambda: [
-            {
-                "namespaceSelector": {},
-                "podSelector": {"matchLabels": {"app": "keda-operator"}},
-            }
-        ],
-        description="NetworkPolicy peers allowed to reach the frontend's internal ports (KEDA's "
-        "external scaler, gRPC) besides the frontend's own replicas; default: KEDA's operator "
-        "(pods labelled app=keda-operator, as both KEDA's release manifests and its Helm chart "
-        "label them) in any namespace. The client-facing port stays open to all.",
-    )
+    scaler_from: ScalerFrom
 
 
 def _family_rule(family: ModelFamily) -> Rule[TranscriptionDeploymentSpec]:
@@ -140,13 +170,18 @@ class TranscriptionDeploymentSpec(CrdModel):
     )
     images: ImagesSpec = Field(default_factory=ImagesSpec, description="Container images.")
     pod: PodOverrides = Field(default_factory=PodOverrides, description="Pod-level overrides.")
-    tracing: TracingSpec = Field(
-        default_factory=TracingSpec,
-        description="OpenTelemetry traces: the OTLP endpoint and sampling (off by default).",
-    )
+    tracing: Tracing
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec,
         description="Prometheus: a PodMonitor for this resource's pods (off by default).",
+    )
+    allowed_gateways: list[AllowedGateway] = Field(
+        default_factory=list,
+        description="TranscriptionGateways of other namespaces that may route to this "
+        "deployment (those of its own namespace always may); a gateway of another namespace "
+        "that selects it without a match here is refused (NotPermitted) and named in both "
+        "statuses.",
+        max_length=MAX_ALLOWED_GATEWAYS,
     )
 
     @model_validator(mode="after")

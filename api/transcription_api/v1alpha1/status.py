@@ -77,6 +77,20 @@ class FrontendStatus(CrdModel):
     )
 
 
+class GatewayRouting(CrdModel):
+    """A gateway that selects this deployment: whether it routes it, and if not, why."""
+
+    namespace: str = Field(description="The gateway's namespace.")
+    name: str = Field(description="The gateway's name.")
+    routed: bool = Field(description="Whether the gateway routes requests to this deployment.")
+    reason: str = Field(
+        description="Routed; NameConflict (a model name another deployment behind the gateway "
+        "claims: the later one is refused), NotPermitted (a gateway of another namespace that "
+        "spec.allowedGateways does not admit), InvalidSpec."
+    )
+    message: str = Field(default="", description="Why, naming the other resource.")
+
+
 class TranscriptionDeploymentStatus(CrdModel):
     """Observed state of a transcription service."""
 
@@ -95,4 +109,8 @@ class TranscriptionDeploymentStatus(CrdModel):
     endpoint: str | None = Field(default=None, description="URL of the frontend Service.")
     models: list[str] = Field(
         default_factory=list, description="Model names clients may send (primary first)."
+    )
+    gateways: list[GatewayRouting] = Field(
+        default_factory=list,
+        description="The TranscriptionGateways that select this deployment, routing it or not.",
     )

@@ -27,13 +27,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The rules the operator needs wherever it manages TranscriptionDeployments. */}}
+{{/* The rules the operator needs wherever it manages TranscriptionDeployments and
+TranscriptionGateways. */}}
 {{- define "to.rules" -}}
 - apiGroups: ["transcription.dev"]
-  resources: ["transcriptiondeployments"]
+  resources: ["transcriptiondeployments", "transcriptiongateways"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["transcription.dev"]
-  resources: ["transcriptiondeployments/status"]
+  resources: ["transcriptiondeployments/status", "transcriptiongateways/status"]
   verbs: ["get", "patch", "update"]
 - apiGroups: ["apps"]
   resources: ["deployments"]

@@ -1,4 +1,5 @@
-"""The frontend's Deployment and Service, and the URL clients reach it at."""
+"""The frontend's Deployment and Service, and the URL clients reach it at: one builder for a
+deployment's own frontend and a gateway's (`Fronted`: what both kinds have)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from transcription_api.frontend import (
     FrontendSettings,
 )
 from transcription_api.routes import ROUTES_KEY
-from transcription_api.v1alpha1 import TranscriptionDeployment
 
 from ..config import FRONTEND_IMAGE, OperatorConfig
 from ..names import frontend_name, frontend_service_name, routes_name, selector
-from .meta import Manifest, object_meta
+from .meta import Fronted, Manifest, object_meta
 from .pods import (
     RESTRICTED_CONTAINER_SECURITY,
     image_for,
@@ -32,24 +32,26 @@ ROUTES_MOUNT = "/etc/transcription"
 API_KEYS_MOUNT = "/etc/transcription/api-keys"
 
 
-def endpoint_url(td: TranscriptionDeployment, cfg: OperatorConfig) -> str:
-    svc = td.spec.frontend.service
+def endpoint_url(owner: Fronted, cfg: OperatorConfig) -> str:
+    svc = owner.spec.frontend.service
     port = "" if svc.port == 80 else f":{svc.port}"
-    return f"http://{frontend_service_name(td)}.{td.namespace}.svc.{cfg.cluster_domain}{port}/v1"
+    return (
+        f"http://{frontend_service_name(owner)}.{owner.namespace}.svc.{cfg.cluster_domain}{port}/v1"
+    )
 
 
-def frontend_settings(td: TranscriptionDeployment, scaler: bool = False) -> FrontendSettings:
+def frontend_settings(owner: Fronted, scaler: bool = False) -> FrontendSettings:
     """The frontend's settings: spec.frontend's, and the pod's wiring. `scaler`: KEDA asks
     the replicas for the load, and each answers with that of all of them, learnt from its
     peers (the pods behind the client-facing Service)."""
-    fe = td.spec.frontend
+    fe = owner.spec.frontend
     keys = fe.api_key_secret
     return FrontendSettings(
         port=FRONTEND_PORT,
         scaler_port=SCALER_PORT,
         internal_port=INTERNAL_PORT,
         discovery=Discovery.KUBERNETES,
-        peers_service=frontend_service_name(td) if scaler else None,
+        peers_service=frontend_service_name(owner) if scaler else None,
         api_keys_path=f"{API_KEYS_MOUNT}/{keys.key}" if keys else None,
         max_audio_seconds=fe.max_audio_seconds,
         limits=fe.limits,
@@ -57,16 +59,14 @@ def frontend_settings(td: TranscriptionDeployment, scaler: bool = False) -> Fron
     )
 
 
-def frontend_deployment(
-    td: TranscriptionDeployment, cfg: OperatorConfig, scaler: bool = False
-) -> Manifest:
-    fe = td.spec.frontend
+def frontend_deployment(owner: Fronted, cfg: OperatorConfig, scaler: bool = False) -> Manifest:
+    fe = owner.spec.frontend
     ports = [{"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"}]
     if scaler:
         ports.append({"name": "scaler", "containerPort": SCALER_PORT, "protocol": "TCP"})
         ports.append({"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"})
     volumes: list[Any] = [
-        {"name": "routes", "configMap": {"name": routes_name(td)}},
+        {"name": "routes", "configMap": {"name": routes_name(owner)}},
         {"name": "tmp", "emptyDir": {}},
     ]
     mounts: list[Any] = [
@@ -84,19 +84,19 @@ def frontend_deployment(
             }
         )
         mounts.append({"name": "api-keys", "mountPath": API_KEYS_MOUNT, "readOnly": True})
-    settings = frontend_settings(td, scaler)
+    settings = frontend_settings(owner, scaler)
     # The pod's identity: its Warning Events name it (the frontend's events).
     identity = [
         {"name": env, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.{field}"}}}
         for env, field in (("POD_NAMESPACE", "namespace"), ("POD_NAME", "name"), ("POD_UID", "uid"))
     ]
     # spec.tracing, in OpenTelemetry's own variables; $(POD_NAME): the variable before it
-    resource = {"k8s.deployment.name": frontend_name(td), "k8s.pod.name": "$(POD_NAME)"}
-    traced = tracing_env(td, frontend_name(td), resource)
+    resource = {"k8s.deployment.name": frontend_name(owner), "k8s.pod.name": "$(POD_NAME)"}
+    traced = tracing_env(owner, frontend_name(owner), resource)
     container = {
         "name": "frontend",
-        "image": image_for(td, cfg, FRONTEND_IMAGE),
-        "imagePullPolicy": td.spec.images.pull_policy or cfg.pull_policy,
+        "image": image_for(owner, cfg, FRONTEND_IMAGE),
+        "imagePullPolicy": owner.spec.images.pull_policy or cfg.pull_policy,
         "args": ["--routes", f"{ROUTES_MOUNT}/{ROUTES_KEY}"],
         "env": [{"name": SETTINGS_ENV, "value": settings.to_env()}, *identity, *traced],
         "ports": ports,
@@ -109,8 +109,8 @@ def frontend_deployment(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec = {
-        **pod_common(td),
-        "serviceAccountName": frontend_name(td),
+        **pod_common(owner),
+        "serviceAccountName": frontend_name(owner),
         "automountServiceAccountToken": True,
         "containers": [container],
         "volumes": volumes,
@@ -123,23 +123,23 @@ def frontend_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_meta(td, frontend_name(td), "frontend"),
+        "metadata": object_meta(owner, frontend_name(owner), "frontend"),
         "spec": {
             "replicas": fe.replicas,
             "progressDeadlineSeconds": fe.progress_deadline_seconds,
-            "selector": {"matchLabels": selector(td, "frontend")},
+            "selector": {"matchLabels": selector(owner, "frontend")},
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
             },
-            "template": {"metadata": pod_meta(td, "frontend", None), "spec": pod_spec},
+            "template": {"metadata": pod_meta(owner, "frontend", None), "spec": pod_spec},
         },
     }
 
 
-def frontend_service(td: TranscriptionDeployment) -> Manifest:
-    svc = td.spec.frontend.service
-    meta = object_meta(td, frontend_service_name(td), "frontend")
+def frontend_service(owner: Fronted) -> Manifest:
+    svc = owner.spec.frontend.service
+    meta = object_meta(owner, frontend_service_name(owner), "frontend")
     if svc.annotations:
         meta["annotations"] = dict(svc.annotations)
     return {
@@ -148,7 +148,7 @@ def frontend_service(td: TranscriptionDeployment) -> Manifest:
         "metadata": meta,
         "spec": {
             "type": svc.type.value,
-            "selector": selector(td, "frontend"),
+            "selector": selector(owner, "frontend"),
             "ports": [{"name": "http", "port": svc.port, "targetPort": "http"}],
         },
     }

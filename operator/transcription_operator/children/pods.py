@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from transcription_api.engines import Image
-from transcription_api.v1alpha1 import ResourcesSpec, TranscriptionDeployment
+from transcription_api.v1alpha1 import ResourcesSpec
 
 from ..config import OperatorConfig
 from ..names import labels, selector
-from .meta import Manifest, object_meta
+from .meta import Fronted, Manifest, Owner, object_meta
 
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
@@ -45,25 +45,25 @@ def resource_requirements(res: ResourcesSpec) -> dict[str, Any]:
     return out
 
 
-def pod_meta(td: TranscriptionDeployment, component: str, pool: str | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"labels": {**td.spec.pod.labels, **labels(td, component, pool)}}
-    if td.spec.pod.annotations:
-        meta["annotations"] = dict(td.spec.pod.annotations)
+def pod_meta(owner: Fronted, component: str, pool: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {**owner.spec.pod.labels, **labels(owner, component, pool)}}
+    if owner.spec.pod.annotations:
+        meta["annotations"] = dict(owner.spec.pod.annotations)
     return meta
 
 
-def pod_common(td: TranscriptionDeployment) -> dict[str, Any]:
+def pod_common(owner: Fronted) -> dict[str, Any]:
     spec: dict[str, Any] = {"securityContext": RESTRICTED_POD_SECURITY}
-    if td.spec.pod.priority_class_name:
-        spec["priorityClassName"] = td.spec.pod.priority_class_name
-    if td.spec.images.pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in td.spec.images.pull_secrets]
+    if owner.spec.pod.priority_class_name:
+        spec["priorityClassName"] = owner.spec.pod.priority_class_name
+    if owner.spec.images.pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in owner.spec.images.pull_secrets]
     return spec
 
 
-def image_for(td: TranscriptionDeployment, cfg: OperatorConfig, image: Image) -> str:
+def image_for(owner: Fronted, cfg: OperatorConfig, image: Image) -> str:
     """The resource's override (`spec.images.<key>`), else the operator's default."""
-    override: str | None = getattr(td.spec.images, image.field)
+    override: str | None = getattr(owner.spec.images, image.field)
     return override or cfg.images[image.key]
 
 
@@ -76,12 +76,13 @@ def probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def pod_disruption_budget(
-    td: TranscriptionDeployment, name: str, component: str, pool: str | None
-) -> Manifest:
+def pod_disruption_budget(owner: Owner, name: str, component: str, pool: str | None) -> Manifest:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": object_meta(td, name, component, pool),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(td, component, pool)}},
+        "metadata": object_meta(owner, name, component, pool),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector(owner, component, pool)},
+        },
     }

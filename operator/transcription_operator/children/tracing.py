@@ -6,27 +6,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from transcription_api.v1alpha1 import TranscriptionDeployment
+from .meta import Fronted
 
 
-def traces_url(td: TranscriptionDeployment) -> str | None:
+def traces_url(owner: Fronted) -> str | None:
     """Where spans go (OTLP/HTTP: the collector's /v1/traces), or None: tracing is off."""
-    endpoint = td.spec.tracing.endpoint
+    endpoint = owner.spec.tracing.endpoint
     return None if endpoint is None else endpoint.rstrip("/") + "/v1/traces"
 
 
 def tracing_env(
-    td: TranscriptionDeployment, service: str, resource: dict[str, str],
+    owner: Fronted, service: str, resource: dict[str, str],
     taken: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:  # fmt: skip
     """OpenTelemetry's standard variables for spec.tracing, none when it is off: the
     frontend reads them (its tracing module), and vLLM's OpenTelemetry SDK
     (its exporter: OTLP/HTTP, not its default gRPC; its sampler; the resource). A variable
     the pool's own `env` sets is left to it."""
-    t = td.spec.tracing
+    t = owner.spec.tracing
     if t.endpoint is None:
         return []
-    attributes = {"k8s.namespace.name": td.namespace, **resource}
+    attributes = {"k8s.namespace.name": owner.namespace, **resource}
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": t.endpoint.rstrip("/"),
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
