@@ -39,7 +39,7 @@ from testbed import images
 from testbed.kube import td_get, wait_for
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
-from testkit.audio import SENTENCES, wer
+from testkit.audio import SENTENCES, wer, words
 from testkit.longaudio import long_recording
 from testkit.realtime import conversation, pcm, refusal, transcribe_turns, transcripts
 from testkit.transcripts import client, report, transcribe_all
@@ -535,7 +535,9 @@ def test_a_20_mb_upload_is_routed_with_model_before_or_after_it_without_holding_
                 time.sleep(0.2)
             r = running.result()
         assert r.status_code == 200, r.text
-        assert wer(sentence, r.json()["text"]) <= 0.25, r.json()
+        # Whisper may add a word or two in the 100 s of silence ("You"): the sentence comes first.
+        said = " ".join(words(r.json()["text"])[: len(words(sentence))])
+        assert wer(sentence, said) <= 0.25, r.json()
         growth = (peak - base) / 2**20
         print(f"\nmodel {order} a {size / 1e6:.1f} MB file: gateway RSS {base / 2**20:.0f} MiB, "
               f"peak +{growth:.1f} MiB")  # fmt: skip
