@@ -56,7 +56,7 @@ from ..request_id import request_id
 from ..respond import Reply
 from ..routing import NoPool
 from ..sniff import AudioInfo
-from ..subrequest import Caller, Pipeline, post
+from ..subrequest import CHUNK, Caller, Pipeline, post
 from ..tracing import Span, context_of
 from ..work import Ticket
 from .stitch import logprobs, stitch
@@ -290,7 +290,7 @@ class _Runner:
                 started = time.monotonic()
                 status, body = await post(
                     self.pipeline, self.gw, self.endpoint, fields, flac, "chunk.flac",
-                    "audio/flac", self.caller, background=True,
+                    "audio/flac", self.caller, CHUNK,
                 )  # fmt: skip
                 metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
                 span.set("http.response.status_code", status)
