@@ -56,6 +56,7 @@ def frontend_settings(owner: Fronted, scaler: bool = False) -> FrontendSettings:
         max_audio_seconds=fe.max_audio_seconds,
         limits=fe.limits,
         chunking=fe.chunking,
+        tenants=fe.tenants,
     )
 
 
