@@ -64,7 +64,7 @@ def windows(quota: TenantQuota) -> dict[Window, int]:
 def duration(seconds: float) -> str:
     """A duration as OpenAI's `x-ratelimit-reset-*` headers write it (Go's): `120ms`,
     `2.5s`, `1m2.5s`, `1h0m0s`; whole milliseconds, rounded up."""
-    ms = math.ceil(max(seconds, 0.0) * 1000 - 1e-6)
+    ms = _up(max(seconds, 0.0) * 1000)
     if ms == 0:
         return "0s"
     if ms < 1000:
@@ -75,6 +75,11 @@ def duration(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes}m{secs}s"
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def _up(x: float) -> int:
+    """`x` rounded up, but for floating point's noise (0.1 s is not 101 ms)."""
+    return math.ceil(x - 1e-6)
 
 
 @dataclass
@@ -214,8 +219,8 @@ def rate_limited(
         f"Remaining {max(0.0, standing.remaining):.1f}, Requested {seconds:.1f}. Please try "
         f"again in {duration(wait)}.",
         type=TYPE, code=RATE_LIMITED,
-        headers={"Retry-After": str(max(1, math.ceil(wait))),
-                 "retry-after-ms": str(max(1, math.ceil(wait * 1000))), **standing.headers()},
+        headers={"Retry-After": str(max(1, _up(wait))),
+                 "retry-after-ms": str(max(1, _up(wait * 1000))), **standing.headers()},
     )  # fmt: skip
 
 
