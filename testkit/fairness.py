@@ -10,6 +10,7 @@ The quiet tenant sends one request at a time through the official SDK; the noisy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from collections import Counter
@@ -96,10 +97,8 @@ async def beside_noisy(
             run.quiet = await quiet(url, quiet_key, quiet_audio, requests)
             run.quiet_after = time.perf_counter() - started
             if until_refused:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(refused.wait(), until_refused)
-                except TimeoutError:
-                    pass
         finally:
             stop.set()
             await asyncio.gather(*loops, return_exceptions=True)

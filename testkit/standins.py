@@ -77,9 +77,10 @@ def wav_seconds(data: bytes) -> float:
     """How long a WAV file plays (0 for anything else)."""
     try:
         with wave.open(io.BytesIO(data)) as w:
-            return w.getnframes() / w.getframerate()
+            frames, rate = w.getnframes(), w.getframerate()
     except (wave.Error, EOFError):
         return 0.0
+    return float(frames / rate)
 
 
 @dataclass

@@ -54,8 +54,10 @@ def test_a_key_of_an_undeclared_tenant_is_refused_with_403_naming_it() -> None:
         with pytest.raises(APIError) as e:
             tenants.caller(Key(b"sk", None, group))
         assert (e.value.status, e.value.code) == (403, "unknown_tenant")
-        assert f"tenant `{group}`, which this gateway does not declare (its tenants: drafts, "
-        "calls)" in e.value.message
+        assert (
+            f"tenant `{group}`, which this gateway does not declare (its tenants: drafts, calls)"
+            in e.value.message
+        )
     assert tenants.caller(Key(b"sk", None, "calls")).tenant.name == "calls"
 
 
@@ -131,7 +133,7 @@ def test_a_bad_tenant_gets_a_clear_error_in_the_spec_and_in_the_settings(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         FrontendSpec.model_validate({"tenants": [tenant]})
-    with pytest.raises(SettingsError, match="tenants.0"):
+    with pytest.raises(SettingsError, match=r"tenants\.0"):
         FrontendSettings.from_json(json.dumps({"tenants": [tenant]}))
 
 

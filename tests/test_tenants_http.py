@@ -145,8 +145,8 @@ def test_a_quota_of_zero_refuses_every_request_and_realtime_session_naming_it(
             "(spec.frontend.tenants[].quota.audioSecondsPerDay): it may not send any audio."
         )
         assert e.value.response.headers["x-should-retry"] == "false"  # the SDK does not retry
-        status, headers, body = refusal(fe.url.replace("http", "ws") + "/v1/realtime?"
-                                        "intent=transcription")  # fmt: skip
+        ws = fe.url.replace("http", "ws") + "/v1/realtime?intent=transcription"
+        status, _, body = refusal(ws)
         assert status == 429 and body["error"]["code"] == "insufficient_quota"
         assert fe.metric("transcription_frontend_realtime_refused_total", reason="quota") >= 1
 
