@@ -367,3 +367,15 @@ def test_a_queued_request_times_out_saying_the_workers_were_busy() -> None:
         )
 
     run(main())
+
+
+def test_a_higher_bound_in_a_new_route_table_gives_its_room_to_those_queued() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        task = await queued(holds, "n")
+        wider = BOUNDED.model_copy(update={"max_in_flight_per_replica": 2})
+        router.set_routes(RouteTable(model="m", pools=[wider]))
+        assert await asyncio.wait_for(task, 1) == URL
+        assert router.in_flight(URL) == 2
+
+    run(main())

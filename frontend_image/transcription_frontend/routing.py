@@ -78,6 +78,7 @@ class Router:
         """A new route-table file: the catalog of the models served, the pools' static
         endpoints; the pools no table names any more have none."""
         old, self.catalog = self.catalog, Catalog(routes)
+        bounds = self._bounds
         self._bounds = {p.name: p.max_in_flight_per_replica for p in self.catalog.pools}
         for pool in self.catalog.pools:
             if pool.endpoints:
@@ -87,6 +88,9 @@ class Router:
         for name in old.pool_names - self.catalog.pool_names:
             self._endpoints[name] = []
             self._changed(name)  # its held requests learn it is gone
+        for name in old.pool_names & self.catalog.pool_names:
+            if bounds.get(name) != self._bounds[name]:
+                self._changed(name)  # a new bound: more room, or less
 
     def name_endpoints(self, pods: dict[str, str]) -> None:
         """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
