@@ -77,6 +77,14 @@ def test_what_the_operator_builds_is_what_the_frontend_reads() -> None:
     # An unchanged resource: the settings carry only the pod's wiring.
     plain = env_of_frontend({"model": {"name": "m"}})
     assert json.loads(plain[SETTINGS_ENV]) == {"discovery": "kubernetes"}
+    # Tenants: their quotas are shared among the replicas, which the frontend learns from
+    # its peers, autoscaled pools or not.
+    tenants = [{"name": "calls", "quota": {"audioSecondsPerMinute": 600}, "weight": 3}]
+    with_tenants = env_of_frontend({"model": {"name": "m"}, "frontend": {"tenants": tenants}})
+    read = load_settings(None, with_tenants)
+    assert read.peers_service == "whisper"
+    assert read.tenants == [TenantSpec(name="calls", weight=3,
+                                       quota=TenantQuota(audio_seconds_per_minute=600))]  # fmt: skip
 
 
 def test_the_defaults_are_the_resources() -> None:
