@@ -53,7 +53,7 @@ def test_a_quiet_tenant_keeps_its_latency_beside_a_noisy_one_that_gets_429s_over
     try:
         by_itself = asyncio.run(alone(fe.url, "sk-quiet", QUIET, REQUESTS))
         fair = asyncio.run(beside_noisy(fe.url, **load, until_refused=20))  # type: ignore[arg-type]
-        queued = fe.metric("transcription_frontend_held_requests", pool="batch")
+        queued = fe.gateway.holds.held("batch")
     finally:
         fe.running.stop()
     # The same, first come first served: no tenants (every key is tenant `default`).

@@ -71,6 +71,10 @@ def test_over_its_quota_a_tenant_gets_429_and_is_served_again_after_the_refill(
                                 per_minute("calls", 20))  # fmt: skip
     with stack:
         calls = client(fe, "sk-calls")
+        refused = fe.metric("transcription_frontend_tenant_rejections_total", tenant="calls",
+                            reason="quota_minute")  # fmt: skip
+        served = fe.metric("transcription_frontend_tenant_audio_seconds_total", tenant="calls",
+                           outcome="served")  # fmt: skip
         audio = ("a.wav", tone_wav(ANSWER_SECONDS))  # its answer reports as long: no correction
         first = calls.audio.transcriptions.with_raw_response.create(model="whisper-1", file=audio)
         # Every answer says where the tenant stands, so that clients can pace themselves.
@@ -103,9 +107,9 @@ def test_over_its_quota_a_tenant_gets_429_and_is_served_again_after_the_refill(
         clock.now += 3  # the refill: one more second of audio every 3 s
         assert calls.audio.transcriptions.create(model="whisper-1", file=audio).text
         assert fe.metric("transcription_frontend_tenant_rejections_total", tenant="calls",
-                         reason="quota_minute") == 1  # fmt: skip
+                         reason="quota_minute") == refused + 1  # fmt: skip
         assert fe.metric("transcription_frontend_tenant_audio_seconds_total", tenant="calls",
-                         outcome="served") == 3 * ANSWER_SECONDS  # fmt: skip
+                         outcome="served") == served + 3 * ANSWER_SECONDS  # fmt: skip
 
 
 RATE_HEADERS = (
@@ -246,3 +250,18 @@ def test_a_key_scoped_by_its_tenant_to_one_model_cannot_reach_the_other(
         assert httpx.get(f"{fe.url}/ready").status_code == 200
     finally:
         fe.running.stop()
+
+
+def test_a_long_file_is_charged_once_its_whole_length_not_again_by_its_chunks(
+    tmp_path: Path,
+) -> None:
+    fe, _, stack = frontend(tmp_path, None, per_minute("default", 100))
+    with stack:
+        chunked = fe.metric("transcription_frontend_chunked_requests_total")
+        r = fe.post({"model": "whisper-1", "chunking_strategy": "auto"}, tone_wav(65), timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-ratelimit-remaining-audio-seconds"] == "35"  # the file, by its header
+        assert fe.metric("transcription_frontend_chunked_requests_total") == chunked + 1
+        # Its chunks (three, at most 30 s each) were not charged again: 100 - 65 - 1 left.
+        again = fe.post({"model": "whisper-1"}, tone_wav(1))
+        assert again.headers["x-ratelimit-remaining-audio-seconds"] == "34"
