@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from prometheus_client import REGISTRY
@@ -23,6 +23,9 @@ from transcription_frontend.hold import Holdable, Holds, Place
 from transcription_frontend.routing import Router
 
 A, B = (PoolRoute(name=n, engine=Engine.VLLM, mode=Mode.CONTINUOUS, service=f"w-{n}") for n in "ab")
+
+
+T = TypeVar("T")
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -44,12 +47,17 @@ def setup(**limits: Any) -> tuple[Router, Holds]:
     return router, Holds(router, HoldLimits(**limits))
 
 
+async def waiting(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """`coro` started, and given a moment to start waiting."""
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0.01)
+    return task
+
+
 async def held(
     holds: Holds, pools: list[PoolRoute], up: Holdable | None = None
 ) -> asyncio.Task[None]:
-    task = asyncio.create_task(holds.wait(pools, up or upload(), holds.deadline()))
-    await asyncio.sleep(0.01)
-    return task
+    return await waiting(holds.wait(pools, up or upload(), holds.deadline()))
 
 
 def test_a_held_request_wakes_when_its_pool_gets_an_endpoint_and_not_before() -> None:
@@ -268,9 +276,7 @@ def busy_pool(**limits: Any) -> tuple[Router, Holds]:
 
 async def queued(holds: Holds, tenant: str, seconds: float = 1) -> asyncio.Task[str | None]:
     place = Place(Flow(tenant), seconds)
-    task = asyncio.create_task(holds.queue([BOUNDED], BOUNDED, place, upload(), holds.deadline()))
-    await asyncio.sleep(0.01)
-    return task
+    return await waiting(holds.queue([BOUNDED], BOUNDED, place, upload(), holds.deadline()))
 
 
 def test_a_busy_pools_free_slots_go_to_the_queued_requests_in_fair_order() -> None:
