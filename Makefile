@@ -23,7 +23,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha256sum worker_i
         test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
 
 help:
-	@echo "make demo        bring up the local test bed and the demo (see README)"
+	@echo "make demo        bring up the local test bed and the demo (see README); SCALING=1 adds KEDA"
 	@echo "make demo-down   stop everything the demo started"
 	@echo "make test        install everything, then run lint, type checks and all tests"
 	@echo "make test-fast   unit and integration tests only (no cluster)"
@@ -124,8 +124,9 @@ test-transformers: $(TSTAMP) system-deps
 test-fast: $(STAMP) $(VLLM_STAMP) system-deps
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
+# SCALING=1: with KEDA (the demo itself needs no autoscaler; KEDA is a long first build).
 demo: $(STAMP) system-deps
-	$(BIN)/python -m testbed.demo
+	DEMO_SCALING=$(SCALING) $(BIN)/python -m testbed.demo
 
 demo-down:
 	@if [ -x $(BIN)/python ]; then $(BIN)/python -m testbed.demo down; else $(PYTHON) -m testbed down; fi

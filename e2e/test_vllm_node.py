@@ -12,7 +12,10 @@ PodSecurity `restricted`:
   timestamps, which vLLM cannot serve: the founding case, end to end.
 
 The official OpenAI client sends every kind of request through the frontend's Service; the
-frontend's metrics show which pool answered each.
+frontend's metrics show which pool answered each. Last, a TranscriptionGateway puts this
+deployment and a faster-whisper one (without a frontend of its own) behind one Service: both
+engines by model name, streams, realtime, a scoped key, and a 20 MB upload with `model`
+before and after the file (issue 34).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +41,7 @@ from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
-from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
+from testkit.realtime import conversation, pcm, refusal, transcribe_turns, transcripts
 from testkit.transcripts import client, report, transcribe_all
 
 NAME = "whisper-vllm"
@@ -360,3 +364,181 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
     assert dep["spec"]["replicas"] == 2, shown
     wait_for(lambda: len(pods(kubectl, namespace, "batch")) == 1 or None, timeout=300,
              what="the pool back at one replica once idle")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- a gateway
+# Issue 34: one TranscriptionGateway in front of this vLLM deployment and a faster-whisper
+# one without a frontend of its own; the official client reaches both through the gateway's
+# Service by model name.
+
+GATEWAY = "speech"
+GW_LABELS = {"transcription.dev/gateway": "e2e-vllm"}
+FW = "fw"
+FW_MODEL, FW_ALIAS = "tiny-fw", "fw-1"
+KEYS = "sk-all\nsk-fw tiny-fw\n"  # the second key may use only the faster-whisper model
+
+
+@pytest.fixture(scope="module")
+def gateway_url(kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    """The gateway's Service URL, once the gateway is Ready with both deployments routed."""
+    refs = images.refs()
+    kubectl("label", "tdeploy", NAME, "-n", namespace,
+            *(f"{k}={v}" for k, v in GW_LABELS.items()), "--overwrite")  # fmt: skip
+    kubectl("create", "secret", "generic", "gw-keys", "-n", namespace,
+            f"--from-literal=keys={KEYS}")  # fmt: skip
+    fw = {
+        "apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionDeployment",
+        "metadata": {"name": FW, "labels": GW_LABELS},
+        "spec": {
+            "model": {"name": FW_MODEL, "aliases": [FW_ALIAS], "source": "image",
+                      "path": CHECKPOINT},
+            "engine": "faster-whisper",
+            "pools": [{"name": "cpu", "replicas": 1, "resources": {"cpu": "250m", "memory": "1Gi"}}],
+            "traffic": {"features": ["stream"]},
+            "frontend": {"enabled": False},
+            "images": {"fasterWhisper": refs["worker-cpu"], "pullPolicy": "IfNotPresent"},
+        },
+    }  # fmt: skip
+    gw = {
+        "apiVersion": "transcription.dev/v1alpha1", "kind": "TranscriptionGateway",
+        "metadata": {"name": GATEWAY},
+        "spec": {"selector": {"matchLabels": GW_LABELS},
+                 "frontend": {"replicas": 1, "resources": {"cpu": "100m", "memory": "512Mi"},
+                              "apiKeySecret": {"name": "gw-keys", "key": "keys"}},
+                 "images": {"frontend": refs["frontend"], "pullPolicy": "IfNotPresent"}},
+    }  # fmt: skip
+    kubectl.apply(fw, namespace)
+    kubectl.apply(gw, namespace)
+    try:
+        kubectl("wait", "--for=condition=Ready", f"transcriptiongateway/{GATEWAY}", "-n",
+                namespace, "--timeout=420s")  # fmt: skip
+        status = kubectl.json("get", "transcriptiongateway", GATEWAY, "-n", namespace)["status"]
+        routed = sorted(d["name"] for d in status["deployments"] if d["routed"])
+        assert routed == sorted([NAME, FW]), status
+        yield kubectl.service_url(namespace, GATEWAY)
+    finally:
+        kubectl.run("delete", "transcriptiongateway", GATEWAY, "-n", namespace, check=False)
+        kubectl.run("delete", "tdeploy", FW, "-n", namespace, "--wait=false", check=False)
+
+
+def keyed(url: str, key: str = "sk-all") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=180)
+
+
+def gateway_requests(kubectl: Kubectl, ns: str) -> dict[tuple[str, ...], float]:
+    """The gateway frontend's answered requests, by (model, pool)."""
+    out: dict[tuple[str, ...], float] = {}
+    for pod in kubectl.pods(ns, GATEWAY, "frontend"):
+        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("transcription_frontend_requests_total{"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                if labels.get("status") == "200":
+                    k = (labels["model"], labels["pool"])
+                    out[k] = out.get(k, 0.0) + float(line.rpartition(" ")[2])
+    return out
+
+
+def test_one_gateway_serves_both_engines_by_model_name(
+    kubectl: Kubectl, namespace: str, gateway_url: str, speech: dict[str, Path]
+) -> None:
+    """/v1/models lists both deployments' names; each name and alias is transcribed, whole
+    and streamed, by its own deployment's pools; an unknown name is a 404 naming the valid
+    ones."""
+    c = keyed(gateway_url)
+    models = {m.id: m.owned_by for m in c.models.list().data}
+    assert models == {"whisper-tiny.en": f"{namespace}/{NAME}", "whisper-1": f"{namespace}/{NAME}",
+                      FW_MODEL: f"{namespace}/{FW}", FW_ALIAS: f"{namespace}/{FW}"}, models  # fmt: skip
+    sentence, wav = next(iter(speech.items()))
+    before = gateway_requests(kubectl, namespace)
+    for model in ("whisper-tiny.en", "whisper-1", FW_MODEL, FW_ALIAS):
+        with wav.open("rb") as f:
+            text = c.audio.transcriptions.create(model=model, file=f).text
+        assert wer(sentence, text) <= 0.25, (model, text)
+        with wav.open("rb") as f:
+            events = list(c.audio.transcriptions.create(model=model, file=f, stream=True))
+        assert events[-1].type == "transcript.text.done", events
+        assert wer(sentence, events[-1].text) <= 0.25, (model, events[-1])
+    after = gateway_requests(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    # Metrics carry the primary name and the pool as the gateway names it.
+    assert served == {("whisper-tiny.en", f"{NAME}/batch"): 4, (FW_MODEL, f"{FW}/cpu"): 4}, served
+    with pytest.raises(openai.NotFoundError) as e, wav.open("rb") as f:
+        c.audio.transcriptions.create(model="whisper-large", file=f)
+    assert "whisper-1" in str(e.value) and FW_ALIAS in str(e.value), e.value
+
+
+def test_a_realtime_session_on_each_model_through_the_gateway(
+    kubectl: Kubectl, namespace: str, gateway_url: str, tmp_path: Path
+) -> None:
+    texts = SENTENCES[:1]
+    before = gateway_requests(kubectl, namespace)
+    for model in ("whisper-1", FW_ALIAS):
+        events = asyncio.run(transcribe_turns(gateway_url, conversation(texts, tmp_path), 1,
+                                              model=model, api_key="sk-all"))  # fmt: skip
+        (got,) = transcripts(events)
+        assert wer(texts[0], got) <= 0.4, (model, got)
+    after = gateway_requests(kubectl, namespace)
+    pools = {pool for (m, pool), v in after.items() if v > before.get((m, pool), 0.0)}
+    assert pools == {f"{NAME}/batch", f"{FW}/cpu"}, pools
+
+
+def test_a_key_scoped_to_one_model_cannot_reach_the_other(
+    namespace: str, gateway_url: str, speech: dict[str, Path]
+) -> None:
+    sentence, wav = next(iter(speech.items()))
+    c = keyed(gateway_url, "sk-fw")
+    with wav.open("rb") as f:
+        assert wer(sentence, c.audio.transcriptions.create(model=FW_MODEL, file=f).text) <= 0.25
+    with pytest.raises(openai.PermissionDeniedError) as e, wav.open("rb") as f:
+        c.audio.transcriptions.create(model="whisper-1", file=f)
+    assert "whisper-tiny.en" in str(e.value), e.value
+    ws = (
+        gateway_url.replace("http://", "ws://")
+        + "/v1/realtime?intent=transcription&model=whisper-1"
+    )
+    status, _, body = refusal(ws, additional_headers={"Authorization": "Bearer sk-fw"})
+    assert status == 403, (status, body)
+
+
+def test_a_20_mb_upload_is_routed_with_model_before_or_after_it_without_holding_it(
+    kubectl: Kubectl, namespace: str, gateway_url: str, speech: dict[str, Path], tmp_path: Path
+) -> None:
+    """The form's `model` before the file is routed at the field; after it, once the spooled
+    file has passed. Either way the gateway's memory does not grow with the file: its RSS,
+    sampled through the request, stays within a few MiB."""
+    sentence, wav = next(iter(speech.items()))
+    big = tmp_path / "big.wav"  # 48 kHz stereo: 20 MB is about 109 s, under the chunking threshold
+    subprocess.run(["sox", str(wav), "-r", "48000", "-c", "2", "-b", "16", str(big), "pad", "0",
+                    "100"], check=True)  # fmt: skip
+    size = big.stat().st_size
+    assert 19e6 < size < 25e6, size
+    [pod] = kubectl.pods(namespace, GATEWAY, "frontend")
+    metrics_url = f"http://{pod['status']['podIP']}:8080/metrics"
+
+    def rss() -> float:
+        text = httpx.get(metrics_url, timeout=10).text
+        return float(re.search(r"(?m)^process_resident_memory_bytes (\S+)", text)[1])  # type: ignore[index]
+
+    data = big.read_bytes()
+    for order in ("before", "after"):
+        fields = [("model", (None, FW_MODEL))]
+        file = [("file", ("big.wav", data, "audio/wav"))]
+        base = rss()
+        peak = base
+        with ThreadPoolExecutor(1) as ex:
+            running = ex.submit(httpx.post, f"{gateway_url}/v1/audio/transcriptions",
+                                headers={"Authorization": "Bearer sk-all"}, timeout=300,
+                                files=fields + file if order == "before" else file + fields)  # fmt: skip
+            while not running.done():
+                peak = max(peak, rss())
+                time.sleep(0.2)
+            r = running.result()
+        assert r.status_code == 200, r.text
+        assert wer(sentence, r.json()["text"]) <= 0.25, r.json()
+        growth = (peak - base) / 2**20
+        print(f"\nmodel {order} a {size / 1e6:.1f} MB file: gateway RSS {base / 2**20:.0f} MiB, "
+              f"peak +{growth:.1f} MiB")  # fmt: skip
+        assert growth < 8, (
+            f"the gateway's memory grew by {growth:.1f} MiB with a {size / 1e6:.0f} MB upload"
+        )

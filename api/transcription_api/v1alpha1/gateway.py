@@ -92,7 +92,7 @@ class NamespacesFrom(StrEnum):
 
 NAMESPACES_RULES: list[Rule[GatewayNamespaces]] = [
     Rule(
-        "(self.from == 'Selector') == has(self.selector)",
+        "(has(self.from) && self.from == 'Selector') == has(self.selector)",
         "namespaces.selector is required with from: Selector, and only then",
         lambda n: (n.from_ == NamespacesFrom.SELECTOR) == (n.selector is not None),
     )
