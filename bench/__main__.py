@@ -1,5 +1,5 @@
-"""python -m bench [frontend|hostile|worker|worker-settings|keywords|realtime|realtime-node|
-longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
+"""python -m bench [frontend|gateway|hostile|worker|worker-settings|keywords|realtime|
+realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def main() -> int:
         default="all",
         choices=[
             "frontend",
+            "gateway",
             "hostile",
             "worker",
             "worker-settings",

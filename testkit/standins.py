@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
+import math
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import wave
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -70,9 +73,21 @@ class Seen:
     body: dict[str, Any] | None = None  # a chat request's JSON
 
 
+def wav_seconds(data: bytes) -> float:
+    """How long a WAV file plays (0 for anything else)."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            frames, rate = w.getnframes(), w.getframerate()
+    except (wave.Error, EOFError):
+        return 0.0
+    return float(frames / rate)
+
+
 @dataclass
 class Behaviour:
     delay: float = 0.0  # seconds of "compute" per request
+    # and per second of its audio (WAV files), whose length its JSON answers then report
+    per_audio_second: float = 0.0
     chunk_delay: float = 0.02  # between stream events
     status: int | None = None  # answer every request with this status (e.g. 503)
     # Fill verbose_json with two invented segments, as multilingual Whisper models do. The
@@ -102,10 +117,11 @@ class Behaviour:
         finally:
             self.in_flight -= 1
 
-    async def compute(self, request: Request) -> Response | None:
-        """`delay` seconds of "compute"; a 499 if the client goes away meanwhile (counted
-        as cancelled, as vLLM aborts the request of a client that went away)."""
-        deadline = time.monotonic() + self.delay
+    async def compute(self, request: Request, audio_seconds: float = 0.0) -> Response | None:
+        """`delay` seconds of "compute" (and `per_audio_second` for each of `audio_seconds`);
+        a 499 if the client goes away meanwhile (counted as cancelled, as vLLM aborts the
+        request of a client that went away)."""
+        deadline = time.monotonic() + self.delay + self.per_audio_second * audio_seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)
             if await request.is_disconnected():
@@ -191,13 +207,15 @@ def vllm_app(served: list[str], behaviour: Behaviour | None = None) -> Starlette
         stream = f.get("stream", "false").lower() in ("true", "1")
         if stream and fmt == "verbose_json":
             return replay(VLLM, "stream_verbose")
-        if (gone := await b.compute(request)) is not None:
+        if (gone := await b.compute(request, wav_seconds(data))) is not None:
             return gone
         if stream:
             return _stream(f.get("model") or served[0])
         status, ctype, body = recording(VLLM, fmt if fmt != "json" else "json")
         if fmt == "verbose_json" and b.segments:
             body = _segments_body(body)
+        if b.per_audio_second:  # a worker whose time is its audio's reports that length too
+            body = body.replace('"seconds":7', f'"seconds":{math.ceil(wav_seconds(data))}')
         return Response(body, status_code=status, headers={"content-type": ctype})
 
     def _stream(model: str) -> StreamingResponse:

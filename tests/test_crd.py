@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from transcription_api import crd
 from transcription_api import v1alpha1 as api
+from transcription_api.frontend import TENANTS_RULES
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
 
 
@@ -98,6 +99,7 @@ def test_every_cel_rule_of_the_gateway_is_a_rule_with_its_python_twin() -> None:
         ".selector.matchExpressions[]": (requirement, g.REQUIREMENT_RULES),
         ".namespaces.selector.matchExpressions[]": (ns_requirement, g.REQUIREMENT_RULES),
         ".tracing": (props["tracing"], api.TRACING_RULES),
+        ".frontend": (props["frontend"], TENANTS_RULES),
     }
     for path, (node, rules) in at.items():
         assert node["x-kubernetes-validations"] == [r.validation() for r in rules], path
@@ -200,6 +202,10 @@ INVALID_SPECS = [
         "minReplicas must not exceed maxReplicas",
     ),
     (
+        {"model": {"name": "m"}, "frontend": {"tenants": [{"name": "a"}, {"name": "a"}]}},
+        "tenant names must be unique",
+    ),
+    (
         {"model": {"name": "m"}, "tracing": {"endpoint": "otel-collector:4318"}},
         "tracing.endpoint must be the http:// or https:// base URL of an OTLP/HTTP collector, a "
         "host and port with no query or credentials (e.g. http://otel-collector.monitoring:4318)",
@@ -233,6 +239,7 @@ def test_every_cel_rule_in_the_crd_is_a_rule_with_its_python_twin() -> None:
             api.AUTOSCALING_RULES,
         ),
         ".tracing": (spec["properties"]["tracing"], api.TRACING_RULES),
+        ".frontend": (spec["properties"]["frontend"], TENANTS_RULES),
     }
     for path, (node, rules) in at.items():
         assert node["x-kubernetes-validations"] == [r.validation() for r in rules], path

@@ -22,6 +22,8 @@ from transcription_api.frontend import (
     FrontendSettings,
     HoldLimits,
     SettingsError,
+    TenantQuota,
+    TenantSpec,
     WorkerTimeouts,
 )
 from transcription_api.routes import RouteTable
@@ -75,6 +77,14 @@ def test_what_the_operator_builds_is_what_the_frontend_reads() -> None:
     # An unchanged resource: the settings carry only the pod's wiring.
     plain = env_of_frontend({"model": {"name": "m"}})
     assert json.loads(plain[SETTINGS_ENV]) == {"discovery": "kubernetes"}
+    # Tenants: their quotas are shared among the replicas, which the frontend learns from
+    # its peers, autoscaled pools or not.
+    tenants = [{"name": "calls", "quota": {"audioSecondsPerMinute": 600}, "weight": 3}]
+    with_tenants = env_of_frontend({"model": {"name": "m"}, "frontend": {"tenants": tenants}})
+    read = load_settings(None, with_tenants)
+    assert read.peers_service == "whisper"
+    assert read.tenants == [TenantSpec(name="calls", weight=3,
+                                       quota=TenantQuota(audio_seconds_per_minute=600))]  # fmt: skip
 
 
 def test_the_defaults_are_the_resources() -> None:
@@ -83,7 +93,8 @@ def test_the_defaults_are_the_resources() -> None:
     spec, settings = FrontendSpec(), FrontendSettings()
     assert settings.limits == spec.limits and settings.chunking == spec.chunking
     assert settings.max_audio_seconds == spec.max_audio_seconds
-    for name in ("limits", "chunking", "max_audio_seconds"):
+    assert settings.tenants == spec.tenants == []
+    for name in ("limits", "chunking", "max_audio_seconds", "tenants"):
         assert (
             FrontendSettings.model_fields[name].annotation
             == FrontendSpec.model_fields[name].annotation
@@ -105,6 +116,7 @@ def every_setting_changed(tmp_path: Path) -> FrontendSettings:
         chunking=ChunkingSpec(enabled=False, max_parallel_chunks=2),
         hold=HoldLimits(max_requests=3, max_bytes=4096, max_memory_bytes=2048, timeout_seconds=9),
         worker_timeouts=WorkerTimeouts(connect_seconds=1.5, read_seconds=60),
+        tenants=[TenantSpec(name="drafts", quota=TenantQuota(audio_seconds_per_minute=60))],
     )  # fmt: skip
 
 
@@ -120,6 +132,7 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
     config = config_of(read, app, "info")
     limits = read.limits
     running = asyncio.run(_running(read))
+    charge = gateway.quotas.admit(read.tenants[0], 1)
     uses: dict[str, list[tuple[Any, Any]]] = {
         "host": [(config.host, "127.0.0.1")],
         "port": [(config.port, read.port)],
@@ -146,6 +159,10 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
         "chunking": [(gateway.settings.chunking, read.chunking)],  # the pipeline's plan
         "hold": [(gateway.holds.limits, read.hold)],
         "worker_timeouts": [(running["timeouts"], (1.5, 60))],
+        "tenants": [  # the keys' tenants, and their quotas
+            (list(gateway.tenants.specs.values()), read.tenants),
+            (charge.standing.limit if charge else None, 60),
+        ],
     }
     assert set(uses) == set(FrontendSettings.model_fields)  # a new setting needs its line here
     for name, pairs in uses.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from prometheus_client import REGISTRY
@@ -17,11 +17,15 @@ from transcription_api.frontend import HoldLimits
 from transcription_api.multipart import Upload
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend import routing
+from transcription_frontend.fair import Flow
 from transcription_frontend.forward import JsonBody
-from transcription_frontend.hold import Holdable, Holds
+from transcription_frontend.hold import Holdable, Holds, Place
 from transcription_frontend.routing import Router
 
 A, B = (PoolRoute(name=n, engine=Engine.VLLM, mode=Mode.CONTINUOUS, service=f"w-{n}") for n in "ab")
+
+
+T = TypeVar("T")
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -43,12 +47,17 @@ def setup(**limits: Any) -> tuple[Router, Holds]:
     return router, Holds(router, HoldLimits(**limits))
 
 
+async def waiting(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """`coro` started, and given a moment to start waiting."""
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0.01)
+    return task
+
+
 async def held(
     holds: Holds, pools: list[PoolRoute], up: Holdable | None = None
 ) -> asyncio.Task[None]:
-    task = asyncio.create_task(holds.wait(pools, up or upload(), holds.deadline()))
-    await asyncio.sleep(0.01)
-    return task
+    return await waiting(holds.wait(pools, up or upload(), holds.deadline()))
 
 
 def test_a_held_request_wakes_when_its_pool_gets_an_endpoint_and_not_before() -> None:
@@ -246,3 +255,133 @@ def test_pool_in_flight_counts_terminating_endpoints_until_their_requests_end() 
     assert router.pick("a", set()) == "http://10.0.0.2:8000"
     router.release("http://10.0.0.1:8000", "a")
     assert router.pool_in_flight("a") == 0
+
+
+# ---- queued: every endpoint of the pool at its bound
+
+
+BOUNDED = A.model_copy(update={"max_in_flight_per_replica": 1})
+URL, URL2 = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
+
+
+def busy_pool(**limits: Any) -> tuple[Router, Holds]:
+    """Pool `a`, one endpoint taking one request at a time, already busy with one."""
+    router = Router(RouteTable(model="m", pools=[BOUNDED]))
+    holds = Holds(router, HoldLimits(**limits))
+    router.set_endpoints("a", [URL])
+    assert holds.take(BOUNDED, set(), Place(Flow("n"), 1)) == URL
+    assert holds.take(BOUNDED, set(), Place(Flow("q"), 1)) is None  # at its bound
+    return router, holds
+
+
+async def queued(holds: Holds, tenant: str, seconds: float = 1) -> asyncio.Task[str | None]:
+    place = Place(Flow(tenant), seconds)
+    return await waiting(holds.queue([BOUNDED], BOUNDED, place, upload(), holds.deadline()))
+
+
+def test_a_busy_pools_free_slots_go_to_the_queued_requests_in_fair_order() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        gauge = sample("transcription_frontend_tenant_queued_audio_seconds", tenant="n")
+        noisy = [await queued(holds, "n", 3) for _ in range(2)]
+        quiet = await queued(holds, "q")  # arrives last, goes first: n has had its turn
+        assert holds.held("a") == 3
+        assert sample("transcription_frontend_tenant_queued_audio_seconds", tenant="n") == gauge + 6
+        served: list[asyncio.Task[str | None]] = []
+        for _ in range(3):
+            router.release(URL, "a")  # the request at the worker ends: its slot is given
+            done, _ = await asyncio.wait({quiet, *noisy} - set(served), timeout=1,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            assert len(done) == 1 and done.pop().result() == URL
+            served += [t for t in (quiet, *noisy) if t.done() and t not in served]
+            assert router.in_flight(URL) == 1  # taken for the request it was given to
+        assert served == [quiet, *noisy]
+        assert holds.held("a") == 0
+        assert sample("transcription_frontend_tenant_queued_audio_seconds", tenant="n") == gauge
+        assert holds.take(BOUNDED, set(), Place()) is None  # the last still has it
+
+    run(main())
+
+
+def test_a_new_request_does_not_pass_those_queued() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        first = await queued(holds, "n")
+        router.release(URL, "a")
+        # Given to the one queued, before it even runs again: a newcomer finds no room.
+        assert holds.take(BOUNDED, set(), Place(Flow("q"), 1)) is None
+        assert await asyncio.wait_for(first, 1) == URL
+
+    run(main())
+
+
+def test_a_slot_given_to_a_request_as_it_leaves_goes_to_the_next() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        first, second = await queued(holds, "n"), await queued(holds, "n")
+        router.release(URL, "a")  # given to `first`, which has not run since
+        first.cancel()  # its client leaves before it does
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await asyncio.wait_for(second, 1) == URL
+        assert router.in_flight(URL) == 1
+
+    run(main())
+
+
+def test_queued_requests_take_the_slots_of_new_endpoints_and_choose_again_without_any() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        first, second = await queued(holds, "n"), await queued(holds, "n")
+        router.set_endpoints("a", [URL, URL2])  # the pool scales up
+        assert await asyncio.wait_for(first, 1) == URL2
+        assert not second.done()
+        router.set_endpoints("a", [])  # and away: the one queued chooses again (holds)
+        assert await asyncio.wait_for(second, 1) is None
+
+    run(main())
+
+
+def test_the_waiting_bounds_count_queued_requests_and_name_the_tenant() -> None:
+    async def main() -> None:
+        _router, holds = busy_pool(max_requests=1)
+        before = sample("transcription_frontend_tenant_rejections_total", tenant="q",
+                        reason="queue_full")  # fmt: skip
+        task = await queued(holds, "n")
+        with pytest.raises(APIError) as e:
+            await holds.queue([BOUNDED], BOUNDED, Place(Flow("q"), 2), upload(), holds.deadline())
+        assert (e.value.status, e.value.headers) == (503, {"Retry-After": "5"})
+        assert e.value.message == (
+            "pool a has every worker busy and 1 request(s) already wait for one, the limit of "
+            "waiting requests per pool; retry later"
+        )
+        assert sample("transcription_frontend_tenant_rejections_total", tenant="q",
+                      reason="queue_full") == before + 1  # fmt: skip
+        task.cancel()
+
+    run(main())
+
+
+def test_a_queued_request_times_out_saying_the_workers_were_busy() -> None:
+    async def main() -> None:
+        _router, holds = busy_pool(timeout_seconds=0.1)
+        with pytest.raises(APIError) as e:
+            await holds.queue([BOUNDED], BOUNDED, Place(), upload(), holds.deadline())
+        assert e.value.message == (
+            "pool a had every worker busy for 0.1 s, the limit of time a request waits for "
+            "one; retry later"
+        )
+
+    run(main())
+
+
+def test_a_higher_bound_in_a_new_route_table_gives_its_room_to_those_queued() -> None:
+    async def main() -> None:
+        router, holds = busy_pool()
+        task = await queued(holds, "n")
+        wider = BOUNDED.model_copy(update={"max_in_flight_per_replica": 2})
+        router.set_routes(RouteTable(model="m", pools=[wider]))
+        assert await asyncio.wait_for(task, 1) == URL
+        assert router.in_flight(URL) == 2
+
+    run(main())

@@ -102,6 +102,14 @@ class CapabilitySet(BaseModel):
         description="Seconds of audio one replica decodes per second, that autoscaling "
         "assumes until the frontend has measured it (`autoscaling.audioSecondsPerReplica`).",
     )
+    max_in_flight_per_replica: int = Field(
+        default=512,
+        ge=1,
+        description="Requests the frontend sends one replica at once by default "
+        "(`pools[].maxInFlightPerReplica`): twice what it decodes at once (one batch "
+        "decoding, the next waiting at the worker). More wait in the frontend, in fair order "
+        "between tenants.",
+    )
 
     def missing(self, needs: frozenset[Capability]) -> frozenset[Capability]:
         return needs - self.capabilities

@@ -7,10 +7,10 @@ One model, both ends, as `WorkerSettings` is for the workers. Field names are th
 settings' names everywhere: in this JSON, in the gateway's code and (camelCased) in the
 resource.
 
-The limits and the long-audio chunking are the resource's own sub-models
-(`spec.frontend.limits`, `spec.frontend.chunking`), defined here and used by the resource's
-models: the CRD's schema and the frontend's settings cannot drift apart, and the frontend
-never imports the resource's version module.
+The limits, the long-audio chunking and the tenants are the resource's own sub-models
+(`spec.frontend.limits`, `spec.frontend.chunking`, `spec.frontend.tenants`), defined here
+and used by the resource's models: the CRD's schema and the frontend's settings cannot
+drift apart, and the frontend never imports the resource's version module.
 
 Tracing is not a setting: it stays in OpenTelemetry's standard variables
 (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
@@ -27,12 +27,12 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 
-from .schema import CrdModel
+from .schema import CrdModel, Rule, broken
 
 SETTINGS_ENV = "TRANSCRIPTION_FRONTEND_SETTINGS"
 FRONTEND_PORT = 8080  # the client-facing port
@@ -174,6 +174,105 @@ MaxAudioSeconds = Annotated[
 ]
 
 
+class Priority(StrEnum):
+    """A tenant's class: interactive work is always served before batch work."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+# A tenant's name: a metrics label and a key file's `group=<name>` (no spaces or commas).
+TENANT_NAME = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+# The tenant of keys without a group (and of every request when there is no key file).
+DEFAULT_TENANT = "default"
+MAX_TENANTS = 100
+
+
+class TenantQuota(CrdModel):
+    """How much audio a tenant may send, in audio seconds, as token buckets; unset: no
+    limit; 0: every request is refused."""
+
+    audio_seconds_per_minute: int | None = Field(
+        default=None, ge=0, le=10**9,
+        description="Audio seconds per minute: a bucket that holds this many and refills at "
+        "this many a minute.",
+    )  # fmt: skip
+    audio_seconds_per_day: int | None = Field(
+        default=None, ge=0, le=10**12,
+        description="Audio seconds per day: a bucket that holds this many and refills at "
+        "this many a day (rolling, not reset at midnight).",
+    )  # fmt: skip
+
+
+class TenantSpec(CrdModel):
+    """A group of API keys that share a scope, a quota and a share of the workers
+    (docs/gateway.md); `spec.frontend.tenants[]` and the frontend's settings alike."""
+
+    name: str = Field(
+        max_length=63, pattern=TENANT_NAME,
+        description="The tenant's name: keys join it with `group=<name>` in the key file. "
+        "`default` applies to keys without a group.",
+    )  # fmt: skip
+    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="Models (names or aliases) its keys may use, within each key's own "
+        "scope; unset: every model.",
+    )  # fmt: skip
+    quota: TenantQuota = Field(
+        default_factory=TenantQuota, description="Audio seconds it may send; unset: no limit."
+    )
+    priority: Priority = Field(
+        default=Priority.INTERACTIVE,
+        description="interactive or batch: a batch tenant's requests wait while interactive "
+        "ones wait for the same pool.",
+    )
+    weight: int = Field(
+        default=1, ge=1, le=1000,
+        description="Its share of a busy pool against the other tenants of its priority, in "
+        "audio seconds (weighted fair queuing): weight 3 gets three times weight 1's.",
+    )  # fmt: skip
+
+
+class HasTenants(Protocol):
+    @property
+    def tenants(self) -> list[TenantSpec]: ...
+
+
+T = TypeVar("T", bound=HasTenants)
+
+
+TENANTS_RULES: list[Rule[HasTenants]] = [
+    Rule(
+        "!has(self.tenants) || self.tenants.all(t, self.tenants.exists_one(u, u.name == t.name))",
+        "tenant names must be unique",
+        lambda f: len({t.name for t in f.tenants}) == len(f.tenants),
+        field_path=".tenants",
+    )
+]
+
+
+def check_tenants(owner: T) -> T:
+    """`owner` (spec.frontend, the frontend's settings) if its tenants keep TENANTS_RULES."""
+    it: HasTenants = owner
+    problems = broken(TENANTS_RULES, it)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return owner
+
+
+# `spec.frontend.tenants` and the frontend's setting of the same name.
+Tenants = Annotated[
+    list[TenantSpec],
+    Field(
+        default_factory=list,
+        max_length=MAX_TENANTS,
+        description="Tenants: groups of API keys with their models, quota, priority and "
+        "weight (docs/gateway.md). Keys without a group, and every request without keys, "
+        "are tenant `default`: unlimited unless declared here.",
+    ),
+]
+
+
 # --------------------------------------------------------------------------- the frontend's own
 
 
@@ -285,6 +384,9 @@ class FrontendSettings(BaseModel):
     worker_timeouts: WorkerTimeouts = Field(
         default_factory=WorkerTimeouts, description="Waiting for workers."
     )
+    tenants: Tenants = Field(default_factory=list)
+
+    _tenants = model_validator(mode="after")(check_tenants)
 
     def to_env(self) -> str:
         """The JSON of the settings away from their defaults."""

@@ -52,6 +52,11 @@ class PoolRoute(BaseModel, EnginePool):
         description="Its model is an English-only Whisper checkpoint (`*.en`): the frontend "
         "refuses another `language`, and names English to engines that cannot detect it.",
     )
+    max_in_flight_per_replica: int | None = Field(
+        default=None,
+        description="Requests the frontend sends one endpoint at once; more wait in the "
+        "frontend's queue, in fair order (hold.py). None: no bound (local runs).",
+    )
     endpoints: list[str] = Field(
         default_factory=list,
         description="Static worker base URLs (local runs); empty in a cluster, where "

@@ -60,15 +60,16 @@ def create_app(gateway: Gateway) -> ASGIApp:
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:
-        """Every name of every deployment routed here that the key may use, owned by its
-        deployment (`<namespace>/<name>`; a deployment's own frontend: the operator)."""
-        key = gateway.keys.check(request.headers.get("authorization"))
+        """Every name of every deployment routed here that the key (and its tenant) may use,
+        owned by its deployment (`<namespace>/<name>`; a deployment's own frontend: the
+        operator)."""
+        caller = gateway.caller(request.headers.get("authorization"))
         catalog = gateway.router.catalog
         return ModelList(
             data=[
                 ModelCard(id=n, created=gateway.started, owned_by=t.deployment or OWNER,
                           root=t.model, parent=None if n == t.model else t.model)
-                for t in catalog.tables if may_use(key, t.model, catalog.primary_of)
+                for t in catalog.tables if may_use(caller, t.model, catalog.primary_of)
                 for n in t.served_names
             ]
         )  # fmt: skip

@@ -6,8 +6,12 @@ The key file (UTF-8, a leading BOM is ignored), one key per line:
     sk-team-a
     # team B: only these models (names or aliases, separated by spaces or commas)
     sk-team-b whisper-1
+    # a key of tenant `drafts` (spec.frontend.tenants): its quota, priority and weight
+    sk-team-c whisper-1 group=drafts
 
-Blank lines and lines starting with `#` are ignored. Keys are compared as bytes, in
+Blank lines and lines starting with `#` are ignored. A key belongs to at most one tenant
+(`group=`, anywhere after the key); one naming a tenant that is not declared is refused
+with 403 (tenants.py). Keys are compared as bytes, in
 constant time, with every accepted key. A key file that is configured but missing,
 unreadable or without a key never opens the gateway: it is not ready (`/ready` answers
 503 with the reason, logged once), and requests that need a key get 503 until the file
@@ -21,9 +25,10 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from transcription_api.errors import APIError
 
@@ -32,15 +37,24 @@ log = logging.getLogger("transcription_frontend.auth")
 BOM = "\ufeff"
 
 
+GROUP = "group="
+
+
 @dataclass(frozen=True)
 class Key:
     secret: bytes
     models: frozenset[str] | None  # None: every model
+    group: str | None = None  # its tenant's name (`group=`); several: joined by commas
 
     @functools.cached_property
     def label(self) -> str:
         """How metrics name the key without giving it away: its SHA-256's first 8 hex digits."""
         return hashlib.sha256(self.secret).hexdigest()[:8]
+
+    def refusal(self, model: str, names_of: dict[str, str]) -> APIError | None:
+        if allows(self.models, model, names_of):
+            return None
+        return model_not_allowed(f"This API key may not use the model `{model}`.")
 
 
 def parse_keys(text: str) -> list[Key]:
@@ -50,17 +64,22 @@ def parse_keys(text: str) -> list[Key]:
         line = line.strip().removeprefix(BOM)
         if not line or line.startswith("#"):
             continue
-        secret, *models = re.split(r"[\s,]+", line)
-        keys.append(Key(secret.encode("utf-8"), frozenset(models) if models else None))
+        secret, *words = re.split(r"[\s,]+", line)
+        groups = [w.removeprefix(GROUP) for w in words if w.startswith(GROUP)]
+        models = [w for w in words if not w.startswith(GROUP)]
+        keys.append(Key(secret.encode("utf-8"), frozenset(models) if models else None,
+                        ",".join(groups) if groups else None))  # fmt: skip
     return keys
 
 
 class ApiKeys:
     def __init__(
-        self, path: Path | None, on_problem: Callable[[str], None] = lambda problem: None
-    ) -> None:
+        self, path: Path | None, on_problem: Callable[[str], None] = lambda problem: None,
+        on_read: Callable[[list[Key]], None] = lambda keys: None,
+    ) -> None:  # fmt: skip
         self.path = path
         self.on_problem = on_problem  # told once per new problem (events.py)
+        self.on_read = on_read  # told the keys of each new read (tenants.py checks groups)
         self._mtime: float | None = None
         self._keys: list[Key] = []
         self.problem: str | None = None  # why no key can be checked now; None: fine
@@ -89,6 +108,7 @@ class ApiKeys:
         if self.problem is not None or not self._keys:
             log.info("API keys: %d read from %s", len(keys), self.path)
         self._keys, self.problem = keys, None
+        self.on_read(keys)
         return keys
 
     def _fail(self, problem: str) -> None:
@@ -125,18 +145,32 @@ class ApiKeys:
         return found
 
 
-def may_use(key: Key | None, model: str, names_of: dict[str, str]) -> bool:
-    """Whether `key` may use `model` (a primary name); `names_of` maps every served name
-    and alias to its primary."""
-    return key is None or key.models is None or any(names_of.get(m, m) == model for m in key.models)
+class Scope(Protocol):
+    """Who may use which models: a key (`Key`), or a key with its tenant (tenants.Caller)."""
+
+    def refusal(self, model: str, names_of: dict[str, str]) -> APIError | None:
+        """None if it may use `model` (a primary name; `names_of` maps every served name and
+        alias to its primary), else the 403 that says why not."""
+        ...
 
 
-def check_scope(key: Key | None, model: str, names_of: dict[str, str]) -> None:
-    """403 unless `key` may use `model` (`may_use`)."""
-    if not may_use(key, model, names_of):
-        raise APIError(
-            403,
-            f"This API key may not use the model `{model}`.",
-            param="model",
-            code="model_not_allowed",
-        )
+def allows(models: Collection[str] | None, model: str, names_of: dict[str, str]) -> bool:
+    """Whether a scope of these names and aliases (None: every model) holds `model` (a
+    primary name); `names_of` maps every served name and alias to its primary."""
+    return models is None or any(names_of.get(m, m) == model for m in models)
+
+
+def may_use(scope: Scope | None, model: str, names_of: dict[str, str]) -> bool:
+    """Whether `scope` (None: no keys) may use `model`, a primary name."""
+    return scope is None or scope.refusal(model, names_of) is None
+
+
+def check_scope(scope: Scope | None, model: str, names_of: dict[str, str]) -> None:
+    """403 unless `scope` may use `model` (`may_use`)."""
+    error = None if scope is None else scope.refusal(model, names_of)
+    if error is not None:
+        raise error
+
+
+def model_not_allowed(message: str) -> APIError:
+    return APIError(403, message, param="model", code="model_not_allowed")

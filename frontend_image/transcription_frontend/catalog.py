@@ -6,13 +6,13 @@ A deployment's own frontend reads one `RouteTable`; a TranscriptionGateway's fro
 becomes one `Catalog` (a table alone is wrapped in a `Routes`), built once per read of the
 file (discovery.py re-reads it when it changes), and then only read:
 
-- `resolve(name, key)`: the table of the deployment that serves `name` (a primary or an
+- `resolve(name, scope)`: the table of the deployment that serves `name` (a primary or an
   alias; its primary model is `table.model`). 404 naming the valid names; for a name a
   refused deployment claims, which deployment and why it is not routed; with no deployment
-  routed at all, that. 403 if the key may not use the model. A request without a name goes
-  to the table of a one-deployment file (a deployment's own frontend, as ever); a gateway
-  has no such default: 400 naming the valid names, so that routing one more deployment
-  never changes what a request means.
+  routed at all, that. 403 if the caller (its key, its tenant) may not use the model. A
+  request without a name goes to the table of a one-deployment file (a deployment's own
+  frontend, as ever); a gateway has no such default: 400 naming the valid names, so that
+  routing one more deployment never changes what a request means.
 - `upload_limit(table)`: the file's `max_upload_bytes` bounds every request's body; a
   deployment whose own limit is lower bounds the uploads routed to it (413 naming it).
 - the pools of every table (their names are unique across tables: the operator qualifies
@@ -27,7 +27,7 @@ from transcription_api.errors import APIError, bad_request, too_large
 from transcription_api.multipart import Limit
 from transcription_api.routes import PoolRoute, RefusedDeployment, Routes, RouteTable
 
-from .auth import Key, check_scope
+from .auth import Scope, check_scope
 
 
 class Catalog:
@@ -72,13 +72,13 @@ class Catalog:
 
     # ------------------------------------------------------------------ requests
 
-    def resolve(self, name: str | None, key: Key | None = None) -> RouteTable:
+    def resolve(self, name: str | None, scope: Scope | None = None) -> RouteTable:
         """The table of the deployment serving `name`; APIError 404/400/403 (the module's
         docstring)."""
         table = self._tables.get(name) if name else self.default
         if table is None:
             raise self._unknown(name)
-        check_scope(key, table.model, self.primary_of)
+        check_scope(scope, table.model, self.primary_of)
         return table
 
     def _unknown(self, name: str | None) -> APIError:

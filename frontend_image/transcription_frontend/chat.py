@@ -1,6 +1,7 @@
 """The pipeline of `POST /v1/chat/completions`, top to bottom.
 
-  1. key        the API key, if keys are configured                       (auth.py)
+  1. key        the API key, if keys are configured, and its tenant       (auth.py,
+                                                                          tenants.py)
   2. body       refused unread if no pool can chat (400); else the JSON body, read
                 within the upload limit (413)
   3. request    validated into one typed model; URLs refused              (api chat.py)
@@ -8,6 +9,7 @@
                 table and primary model; the body within that deployment's
                 upload limit (413)
   5. audio      each input_audio part's container, from its first bytes  (sniff.py)
+                and length: what the tenant's quota is charged            (quota.py)
   6. needs      chat, and stream if asked                                 (capabilities)
   7. pools      the deployment's pools that cover the needs, continuous   (routing.py)
                 first, whose engines take its fields and audio            (adapters/)
@@ -17,8 +19,8 @@
                 `data: [DONE]`
 
 As for the audio endpoints (`pipeline.run`, `Exchange.forward`): errors in OpenAI's shape,
-metrics (endpoint `chat`), cancellation of the worker request when the client disconnects,
-request ids.
+metrics (endpoint `chat`), the quota's charge and headers, the fair order while its pool
+is busy, cancellation of the worker request when the client disconnects, request ids.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ async def complete(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> N
 
 async def _pipeline(ex: Exchange) -> None:
     headers = Request(ex.scope).headers
-    key = ex.gw.keys.check(headers.get("authorization"))
+    caller = ex.identify(headers.get("authorization"))
     catalog = ex.gw.router.catalog
     # No pool can chat: refused before a byte of the body is read (it can be tens of MB).
     chat = frozenset({Capability.CHAT})
@@ -72,7 +74,7 @@ async def _pipeline(ex: Exchange) -> None:
         span.set("transcription.upload.bytes", len(raw))
     ex.obs.upload(len(raw))
     request, body = parse_chat(raw)
-    table = catalog.resolve(request.model, key)
+    table = catalog.resolve(request.model, caller)
     ex.obs.model = primary = table.model
     if len(raw) > table.max_upload_bytes:
         raise body_too_large(table.max_upload_bytes, table.deployment)
@@ -93,6 +95,7 @@ async def _pipeline(ex: Exchange) -> None:
         adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
         span.set("transcription.pools", [a.pool.name for a in adapters])
     ex.ticket.count(seconds, pools[0].name)
+    ex.charged(seconds)
     await ex.forward(
         adapters,
         lambda a: a.chat_request(body, primary),

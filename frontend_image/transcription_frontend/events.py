@@ -23,6 +23,9 @@ log = logging.getLogger("transcription_frontend.events")
 
 COMPONENT = "transcription-frontend"
 KEYS_UNAVAILABLE = "APIKeysUnavailable"
+# Keys whose `group=` names no declared tenant (tenants.py): those keys get 403, the pod
+# stays ready.
+UNKNOWN_TENANT = "APIKeyUnknownTenant"
 
 
 def event_body(reason: str, message: str, pod: str, namespace: str, uid: str,

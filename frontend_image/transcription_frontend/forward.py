@@ -12,15 +12,17 @@ client a failed attempt is repeated elsewhere: an answer is only taken once its 
 or closes the connection before that, or answers 503, is retried on another endpoint
 (another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint
 is left to try -- a pool scaled to zero, its only worker restarting -- the request is held
-(`hold.py`) until discovery brings one. A request served by a fallback pool because the
-pool it prefers had no ready worker counts as that pool's demand while it runs
-(`Router.spill`), so that the preferred pool scales up from zero. Every read from a
+(`hold.py`) until discovery brings one; when the pool's endpoints are all at their bound
+of requests in flight, it is queued, in fair order between tenants, until one has room.
+A request served by a fallback pool because the pool it prefers had no ready worker
+counts as that pool's demand while it runs (`Router.spill`), so that the preferred pool
+scales up from zero. Every read from a
 worker has a timeout (`WorkerTimeouts`); a worker that sends nothing for that long gets
 no second try (it may still be working on it) and the client gets 504. The gateway's own
 background work (long audio's chunks) says so to the worker in `PRIORITY_HEADER`; a
 client's headers are never passed on, so a client's request is always interactive.
-The request's audio counts for autoscaling as queued while it is held, then in flight at
-the worker that has it, whose decode rate its answer measures (work.py).
+The request's audio counts for autoscaling as queued while it is held or queued, then in
+flight at the worker that has it, whose decode rate its answer measures (work.py).
 
 The hop to the worker uses aiohttp's client: measured here, it costs 0.5 ms of CPU per
 request against httpx's 1.6 ms, which is most of the gateway's latency budget (the
@@ -45,9 +47,10 @@ from transcription_api.routes import PoolRoute
 from transcription_api.worker import BACKGROUND, PRIORITY_HEADER
 
 from . import metrics
-from .hold import Holdable, Holds
+from .fair import Flow
+from .hold import Holdable, Holds, Place
 from .routing import Router
-from .tracing import Tracer
+from .tracing import Span, Tracer
 from .work import Ticket, Work
 
 log = logging.getLogger("transcription_frontend.forward")
@@ -232,17 +235,21 @@ class Forwarder:
     async def send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
         request_id: str, ticket: Ticket, stream: bool = False, background: bool = False,
+        flow: Flow | None = None,
     ) -> AsyncIterator[WorkerAnswer]:  # fmt: skip
         """The answer of the best endpoint of the first pool that has one (retrying on
         failure, holding `held` -- the upload, or the request's body -- while there is
-        none), for as long as the block runs; `request_for(pool)` is the path and body for
-        that pool's engine. Traced as `forward` (until the answer has been sent), with a
-        `worker` span per attempt and a `hold` span while held. `background`: the request
-        is the gateway's own background work (a long request's chunk), and says so to the
-        worker (`PRIORITY_HEADER`). `ticket`: the request's audio, for autoscaling."""
+        none, queueing it while they are busy), for as long as the block runs;
+        `request_for(pool)` is the path and body for that pool's engine. Traced as `forward`
+        (until the answer has been sent), with a `worker` span per attempt and a `hold` or
+        `queue` span while it waits. `background`: the request is the gateway's own
+        background work (a long request's chunk), and says so to the worker
+        (`PRIORITY_HEADER`). `ticket`: the request's audio, for autoscaling and (its seconds
+        when it first waits) the fair order; `flow`: its tenant and class there."""
         with self.tracer.span("forward", {"transcription.pools": [p.name for p in pools]}) as span:
+            place = Place(flow or Flow(), ticket.seconds)
             answer = await self._send(pools, request_for, held, request_id, ticket, stream,
-                                      background)  # fmt: skip
+                                      background, place)  # fmt: skip
             span.set("transcription.pool", answer.pool.name)
             span.set("transcription.engine", answer.pool.engine.value)
             span.set("transcription.worker", answer.url)
@@ -257,16 +264,9 @@ class Forwarder:
                             answered=answer.status == 200)  # fmt: skip
                 ticket.close()
 
-    def _pick(self, pools: list[PoolRoute], tried: set[str]) -> tuple[PoolRoute, str] | None:
-        for pool in pools:
-            url = self.router.pick(pool.name, tried)
-            if url is not None:
-                return pool, url
-        return None
-
     async def _send(
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
-        request_id: str, ticket: Ticket, stream: bool, background: bool = False,
+        request_id: str, ticket: Ticket, stream: bool, background: bool, place: Place,
     ) -> WorkerAnswer:  # fmt: skip
         tried: set[str] = set()
         last_error = "no ready worker"
@@ -274,8 +274,8 @@ class Forwarder:
         attempts = 0
         deadline: float | None = None
         while attempts < MAX_ATTEMPTS:
-            choice = self._pick(pools, tried)
-            if choice is None:
+            pool = self.holds.target(pools, tried)
+            if pool is None:
                 if busy:
                     break
                 if not self.router.catalog.pool_names & {p.name for p in pools}:
@@ -288,24 +288,30 @@ class Forwarder:
                 deadline = deadline or self.holds.deadline()
                 ticket.queued(pools[0].name)
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
-                    await self.holds.wait(pools, held, deadline)
+                    await self.holds.wait(pools, held, deadline, place)
                 tried.clear()
                 continue
-            pool, url = choice
+            url = self.holds.take(pool, tried, place)
+            if url is None:  # its endpoints are busy, or others wait before it: queue
+                deadline = deadline or self.holds.deadline()
+                ticket.queued(pool.name)
+                with self.tracer.span("queue", {"transcription.pool": pool.name}):
+                    url = await self.holds.queue(pools, pool, place, held, deadline)
+                if url is None:  # its pools changed: choose again
+                    continue
             tried.add(url)
             if attempts:
                 metrics.RETRIES.labels(pool=pool.name).inc()
             attempts += 1
-            path, body = request_for(pool)
             try:
                 with self.tracer.span("worker", {
                     "transcription.pool": pool.name, "transcription.engine": pool.engine.value,
                     "transcription.worker": url, "transcription.attempt": attempts,
-                    "http.request.method": "POST", "url.full": url + path,
+                    "http.request.method": "POST",
                 }, client=True) as span:  # fmt: skip
-                    answer = await self._attempt(pool, url, path, body, request_id, ticket,
-                                                 stream, pools[0].name, background)  # fmt: skip
-                    span.set("http.response.status_code", answer.status if answer else 503)
+                    answer = await self._attempt(pool, url, request_for, request_id,
+                                                 ticket, stream, pools[0].name, background,
+                                                 span)  # fmt: skip
             except aiohttp.SocketTimeoutError:
                 raise worker_timed_out(pool, url) from None
             except CONNECT_ERRORS as e:
@@ -328,30 +334,33 @@ class Forwarder:
         raise unavailable(f"no worker could take the request (pools: {names}): {last_error}")
 
     async def _attempt(
-        self, pool: PoolRoute, url: str, path: str, body: Body, request_id: str, ticket: Ticket,
-        stream: bool, preferred: str, background: bool = False,
+        self, pool: PoolRoute, url: str, request_for: RequestFor, request_id: str,
+        ticket: Ticket, stream: bool, preferred: str, background: bool, span: Span,
     ) -> WorkerAnswer | None:  # fmt: skip
-        """One try: the answer, once what must arrive before the client sees a byte has
-        arrived; None for a 503. The endpoint counts the request in flight meanwhile, and
-        after, unless it failed; so does the `preferred` pool's spill count, when the
-        request is at a fallback pool because the preferred one has no ready worker."""
-        headers = {
-            "content-type": body.content_type,
-            "content-length": str(len(body)),
-            "x-request-id": request_id,
-        }
-        if background:
-            headers[PRIORITY_HEADER] = BACKGROUND
-        self.tracer.inject(headers)  # the `worker` span's traceparent (on: tracing.py)
+        """One try at `url`, whose slot the request has taken (acquired): the answer, once
+        what must arrive before the client sees a byte has arrived; None for a 503. The
+        endpoint counts the request in flight meanwhile, and after, unless it failed; so does
+        the `preferred` pool's spill count, when the request is at a fallback pool because
+        the preferred one has no ready worker."""
         spilled = preferred if pool.name != preferred and not self.router.ready(preferred) else None
-        self.router.acquire(url, pool.name)
         if spilled:
             self.router.spill(spilled, 1)
         self.work.started(ticket, pool.name, url, spilled)
         response = None
         try:
+            path, body = request_for(pool)
+            span.set("url.full", url + path)
+            headers = {
+                "content-type": body.content_type,
+                "content-length": str(len(body)),
+                "x-request-id": request_id,
+            }
+            if background:
+                headers[PRIORITY_HEADER] = BACKGROUND
+            self.tracer.inject(headers)  # the `worker` span's traceparent (on: tracing.py)
             response = await self.client.post(url + path, data=body.payload(), headers=headers)
             answer = WorkerAnswer(pool, url, response, spilled_from=spilled)
+            span.set("http.response.status_code", answer.status)
             if response.status == 503:
                 response.close()
                 raise _Overloaded

@@ -1,6 +1,7 @@
 """The gateway's state: its settings, the router (and the catalog of the models it serves),
-the held requests, the audio counted for autoscaling, the API keys, the worker client, and
-what keeps the route table, the endpoints and the peers current while it runs."""
+the requests waiting for workers, the audio counted for autoscaling, the API keys, the
+tenants and their quotas, the worker client, and what keeps the route table, the endpoints
+and the peers current while it runs."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from transcription_api.frontend import FrontendSettings
 
 from .auth import ApiKeys
 from .discovery import SliceIndex, SliceWatches, TableWatcher
-from .events import KEYS_UNAVAILABLE, PodEvents
+from .events import KEYS_UNAVAILABLE, UNKNOWN_TENANT, PodEvents
 from .forward import Forwarder, new_session
 from .hold import Holds
 from .load import Load, serve_internal
+from .quota import Quotas
 from .realtime.sessions import Sessions
 from .routing import Router
 from .scaler import serve_scaler
+from .tenants import Caller, Tenants
 from .tracing import Tracer
 from .work import Work
 
@@ -48,15 +51,24 @@ class Gateway:
     def __post_init__(self) -> None:
         s = self.settings
         events = PodEvents(self.kubeconfig)
-        self.keys = ApiKeys(s.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why))
+        self.tenants = Tenants(s.tenants, lambda why: events.warn(UNKNOWN_TENANT, why))
+        self.keys = ApiKeys(s.api_keys_path, lambda why: events.warn(KEYS_UNAVAILABLE, why),
+                            self.tenants.keys_read)  # fmt: skip
         self.holds = Holds(self.router, s.hold)
         self.sessions = Sessions(s.limits)  # realtime (realtime/)
         self.work = Work()  # audio-seconds, for autoscaling
         self.load = Load(self.router, self.holds, self.sessions, self.work, s.internal_port)
+        # Each replica enforces its share of each quota: the ready replicas it knows.
+        self.quotas = Quotas(s.tenants, lambda: len(self.load.peers.urls))
         self.slices = SliceIndex(self.router, s.peers_service, self.load.peers.set_urls,
                                  self.slice_namespace or "default")  # fmt: skip
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watches: SliceWatches | None = None
+
+    def caller(self, authorization: str | None) -> Caller:
+        """Who sends a request with this `Authorization` header: its key and tenant; 401,
+        403 or 503 (auth.py, tenants.py)."""
+        return self.tenants.caller(self.keys.check(authorization))
 
     @property
     def forwarder(self) -> Forwarder:

@@ -71,7 +71,11 @@ class PoolLoad(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     in_flight: int = Field(default=0, ge=0, description="Requests at a worker of the pool.")
-    held: int = Field(default=0, ge=0, description="Requests held until the pool has one.")
+    held: int = Field(
+        default=0, ge=0,
+        description="Requests waiting for a worker of the pool: held while it has none, "
+        "queued while its workers are at their bound.",
+    )  # fmt: skip
     spilled: int = Field(
         default=0, ge=0,
         description="Requests at a fallback pool because this one, preferred, had no worker.",

@@ -63,7 +63,8 @@ ENDPOINTS = Gauge(
 )
 HELD = Gauge(
     "transcription_frontend_held_requests",
-    "Requests held while their pool has no worker to take them (e.g. scaling from zero).",
+    "Requests waiting for a worker of the pool: held while it has none to take them (e.g. "
+    "scaling from zero), or queued while every worker is at its bound of requests in flight.",
     ["pool"],
 )
 SPILLED = Gauge(
@@ -91,15 +92,34 @@ HELD_BYTES = Gauge(
 )
 HOLD_SECONDS = Histogram(
     "transcription_frontend_hold_seconds",
-    "Time a request was held before a worker of its pool could take it (or it was refused).",
+    "Time a request waited (held or queued) before a worker of its pool could take it (or it "
+    "was refused).",
     ["pool"],
     buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600),
 )
 HOLD_REJECTIONS = Counter(
     "transcription_frontend_hold_rejections_total",
-    "Requests answered 503 instead of held, by the bound they hit: requests (per pool), "
-    "bytes, timeout, shutdown.",
+    "Requests answered 503 instead of held or queued, by the bound they hit: requests (per "
+    "pool), bytes, memory, timeout, shutdown.",
     ["pool", "reason"],
+)
+TENANT_AUDIO = Counter(
+    "transcription_frontend_tenant_audio_seconds_total",
+    "Audio seconds of each tenant's requests: served (answered 200, as the answer reports "
+    "them: what its quota is charged) and refused (429 over its quota, or 503 with the pool's "
+    "queue full).",
+    ["tenant", "outcome"],
+)
+TENANT_QUEUED = Gauge(
+    "transcription_frontend_tenant_queued_audio_seconds",
+    "Audio seconds of each tenant's requests waiting for a worker (held or queued).",
+    ["tenant"],
+)
+TENANT_REJECTIONS = Counter(
+    "transcription_frontend_tenant_rejections_total",
+    "Requests of each tenant refused: quota_minute, quota_day (429) or queue_full (503: the "
+    "requests or bytes waiting for its pool at their bound).",
+    ["tenant", "reason"],
 )
 PEER_ERRORS = Counter(
     "transcription_frontend_peer_load_errors_total",
@@ -128,8 +148,8 @@ REALTIME_SESSIONS = Gauge(
 )
 REALTIME_REFUSED = Counter(
     "transcription_frontend_realtime_refused_total",
-    "Realtime sessions refused before they opened, by reason (intent, key, model, limit, "
-    "draining).",
+    "Realtime sessions refused before they opened, by reason (intent, key, quota, model, "
+    "limit, draining).",
     ["reason"],
 )
 REALTIME_TURNS = Counter(

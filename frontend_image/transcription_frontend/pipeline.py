@@ -1,16 +1,18 @@
 """The request pipeline of `POST /v1/audio/{transcriptions,translations}`, top to bottom.
 
-  1. key        the API key, if keys are configured                       (auth.py)
+  1. key        the API key, if keys are configured, and its tenant       (auth.py,
+                                                                          tenants.py)
   2. upload     the multipart body, streamed and spooled, within the limit (multipart)
   3. request    the form's options, validated into one typed model        (params)
   4. model      the name or alias, resolved to its deployment's route     (catalog.py)
                 table and primary model, during step 2: the moment the
                 form's `model` field is parsed. An unknown name (404) or
-                one the key may not use (403) is answered before the file
+                one the key or its tenant may not use (403) is answered before the file
                 after it is read; the deployment's upload limit bounds the
                 rest. A `model` after the file: when it arrives (spooled)
   5. audio      an empty or non-audio file is refused here; its container (sniff.py)
-                and duration are read from its header
+                and duration are read from its header, and the tenant's   (quota.py)
+                quota is charged its length (429 if it does not fit)
   6. needs      what the request needs from a pool                        (capabilities)
   6b. long     audio that is chunked (chunking_strategy, or too long     (longaudio/)
                 for one request) is cut on silence, its chunks sent back
@@ -19,18 +21,21 @@
                 continuous first, whose engines take its fields,          (adapters/)
                 container and duration
   8. forward    to a worker, retried elsewhere if it cannot take it, held  (forward.py,
-                while its pools have none (scale from zero), in the          hold.py,
-                request its engine's adapter makes (an audio language        adapters/)
-                model's pool is asked through its chat endpoint)
+                while its pools have none (scale from zero), queued in       hold.py,
+                fair order between tenants while its workers are busy,      fair.py,
+                in the request its engine's adapter makes (an audio          adapters/)
+                language model's pool is asked through its chat endpoint)
   9. respond    the answer rendered or streamed to the client, as its     (adapters/,
                 engine's adapter reads it                                     respond.py)
 
 Steps 8 and 9 run inside one `async with` that releases the worker connection when the
 response has been sent, and inside a watch that cancels both if the client disconnects
 (`Exchange.forward`). One `Observation` records the request's metrics once, when it has
-ended (`run`), and one `Ticket` counts its audio for autoscaling from the moment its length
-is known, while the upload still arrives (work.py). The chat endpoint's pipeline (`chat.py`)
-runs in both too.
+ended (`run`), one `Ticket` counts its audio for autoscaling from the moment its length
+is known, while the upload still arrives (work.py), and one `Charge` holds what its
+tenant's quota was charged, settled to what its answer reports when it has ended, whose
+`x-ratelimit-*` headers every answer carries. The chat endpoint's pipeline (`chat.py`) runs
+in all three too.
 """
 
 from __future__ import annotations
@@ -57,12 +62,14 @@ from .gateway import Gateway
 from .hold import Holdable
 from .longaudio.fanout import plan, too_long, transcribe_long
 from .metrics import Observation
+from .quota import Charge
 from .request_id import request_id
 from .respond import Reply
 from .routing import NoPool, Router
 from .sniff import audio_seconds, check_audio
 from .streams import EventStream
-from .subrequest import background
+from .subrequest import CHUNK, TURN, background, kind
+from .tenants import Caller
 from .work import Ticket
 
 
@@ -76,7 +83,8 @@ async def transcribe(
 class Exchange:
     """One request as its pipeline sees it: the gateway, the client's connection (`send`
     tracked: `answered` says whether the response has been sent whole), the request's
-    Observation and its audio's Ticket."""
+    Observation and its audio's Ticket; once its key is checked, its caller, and once its
+    audio's length is known, its tenant's Charge."""
 
     gw: Gateway
     scope: Scope
@@ -85,6 +93,21 @@ class Exchange:
     answered: Callable[[], bool]
     obs: Observation
     ticket: Ticket
+    caller: Caller | None = None
+    charge: Charge | None = None
+
+    def identify(self, authorization: str | None) -> Caller:
+        """Step 1: the key and its tenant (`Gateway.caller`)."""
+        self.caller = self.gw.caller(authorization)
+        if self.caller.key is not None:
+            self.obs.key = self.caller.key.label
+        return self.caller
+
+    def charged(self, seconds: float) -> None:
+        """Charge the tenant's quota for `seconds` of audio (429 if they do not fit); a long
+        file's chunks are not: their file was, whole."""
+        if self.caller is not None and kind(self.scope) != CHUNK:
+            self.charge = self.gw.quotas.admit(self.caller.tenant, seconds)
 
     async def forward(
         self, adapters: list[Adapter], request_for: Callable[[Adapter], tuple[str, Body]],
@@ -103,10 +126,12 @@ class Exchange:
 
         pools = [a.pool for a in adapters]
         rid, bg = request_id(self.scope), background(self.scope)
+        flow = self.caller.flow(interactive=kind(self.scope) == TURN) if self.caller else None
         async with (
             cancel_on_disconnect(self.receive, self.answered),
-            self.gw.forwarder.send(pools, request, held, rid, self.ticket, stream, bg) as answer,
-        ):
+            self.gw.forwarder.send(pools, request, held, rid, self.ticket, stream, bg,
+                                   flow) as answer,
+        ):  # fmt: skip
             self.obs.pool = answer.pool.name
             reply = await reply_to(by_pool[answer.pool.name], answer)
             self.obs.status = reply.status
@@ -122,16 +147,22 @@ async def run(
     work: Callable[[Exchange], Awaitable[None]],
 ) -> None:  # fmt: skip
     """Run a pipeline; answer its APIError (or a bug) in OpenAI's shape; record metrics;
-    trace it (one span, the parent of each step's: tracing.py)."""
+    settle its quota's charge; trace it (one span, the parent of each step's: tracing.py)."""
     obs = Observation(endpoint)
     ticket = gw.work.ticket()
     started = answered = False
 
     async def send_tracked(message: Message) -> None:
         nonlocal started, answered
+        if message["type"] == "http.response.start" and ex.charge is not None:
+            limits = ex.charge.standing.headers().items()
+            extra = [(k.encode(), v.encode()) for k, v in limits]
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
         started = started or message["type"] == "http.response.start"
         answered = message["type"] == "http.response.body" and not message.get("more_body")
         await send(message)
+
+    ex = Exchange(gw, scope, receive, send_tracked, lambda: answered, obs, ticket)
 
     path = scope["path"]
     attributes = {"http.request.method": "POST", "http.route": path,
@@ -139,8 +170,7 @@ async def run(
     with gw.tracer.request(f"POST {path}", scope["headers"], attributes) as span:
         try:
             try:
-                await work(Exchange(gw, scope, receive, send_tracked, lambda: answered, obs,
-                                    ticket))  # fmt: skip
+                await work(ex)
             except APIError as e:
                 error = e
             except Exception as e:
@@ -155,6 +185,9 @@ async def run(
         finally:
             obs.done()
             ticket.close()
+            if ex.charge is not None:  # refunded whole unless answered 200
+                served = obs.status == 200
+                ex.charge.settle((obs.audio_seconds or ex.charge.seconds) if served else None)
             span.set("http.response.status_code", obs.status)
             span.set("transcription.model", obs.model)
             span.set("transcription.pool", obs.pool)
@@ -162,9 +195,7 @@ async def run(
 
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     headers = Request(ex.scope).headers
-    key = ex.gw.keys.check(headers.get("authorization"))
-    if key is not None:
-        ex.obs.key = key.label
+    caller = ex.identify(headers.get("authorization"))
     catalog = ex.gw.router.catalog  # one route table for the whole request, reloads aside
     limit = catalog.max_upload_bytes
     tracer = ex.gw.tracer
@@ -177,7 +208,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         """Step 4 at the form's `model` field, before the parts after it are read."""
         if name != "model":
             return None
-        table = catalog.resolve(value, key)
+        table = catalog.resolve(value, caller)
         ex.obs.model = table.model
         ex.ticket.expect(first_pool(ex.gw.router, table, endpoint))
         return catalog.upload_limit(table)
@@ -192,11 +223,12 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         ex.obs.upload(upload.size)
         with tracer.span("parse") as span:
             request = parse_request(upload.fields)
-            table = catalog.resolve(request.model, key)
+            table = catalog.resolve(request.model, caller)
             ex.obs.model = primary = table.model
             audio = check_audio(upload)
-            ex.ticket.count(audio_seconds(audio, upload.size),
-                            first_pool(ex.gw.router, table, endpoint))  # fmt: skip
+            seconds = audio_seconds(audio, upload.size)
+            ex.ticket.count(seconds, first_pool(ex.gw.router, table, endpoint))
+            ex.charged(seconds)
             span.set("transcription.model", primary)
             span.set("transcription.audio.container", audio.container)
             span.set("transcription.audio.seconds", audio.seconds)

@@ -3,16 +3,19 @@
 The pools a request may go to are those of its deployment's route table (the one its model
 resolves to: catalog.py). They are tried in capability order: pools whose capability set
 covers the request's needs, continuous pools first, sequential next, each group in
-route-table order. Within
-a pool, the ready endpoint with the fewest requests in flight wins (ties: the one used
-least recently). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
+route-table order. Within a pool, the ready endpoint with the fewest requests in flight
+wins (ties: the one used least recently), among those below the pool's bound of requests
+in flight per endpoint (`max_in_flight_per_replica`; past it requests wait in the gateway,
+hold.py). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
 `EJECT_SECONDS`, then tried again.
 
 Endpoints come from discovery: only ready, non-terminating ones are listed; one that
 leaves the list keeps its requests in flight but gets no new ones. Listeners registered
 with `on_change` hear of every change of a pool's pickable endpoints (a new list, an
-ejection ending): that is what wakes the requests held for the pool (`hold.py`). A pool
-that leaves the route tables loses its endpoints at once (its requests in flight finish).
+ejection ending): that is what wakes the requests held for the pool (`hold.py`); those
+registered with `on_free` hear of every request that leaves an endpoint (a slot for the
+requests queued for the pool). A pool that leaves the route tables loses its endpoints at
+once (its requests in flight finish).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class Router:
         self._pool_in_flight: dict[str, int] = {}
         self._spilled: dict[str, int] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._freed: list[Callable[[str], None]] = []
+        self._bounds: dict[str, int | None] = {}  # pool -> requests in flight per endpoint
         self.set_routes(routes)
 
     # ------------------------------------------------------------------ updates
@@ -73,6 +78,8 @@ class Router:
         """A new route-table file: the catalog of the models served, the pools' static
         endpoints; the pools no table names any more have none."""
         old, self.catalog = self.catalog, Catalog(routes)
+        bounds = self._bounds
+        self._bounds = {p.name: p.max_in_flight_per_replica for p in self.catalog.pools}
         for pool in self.catalog.pools:
             if pool.endpoints:
                 self._set(pool.name, list(pool.endpoints))  # static: in the table's order
@@ -81,6 +88,9 @@ class Router:
         for name in old.pool_names - self.catalog.pool_names:
             self._endpoints[name] = []
             self._changed(name)  # its held requests learn it is gone
+        for name in old.pool_names & self.catalog.pool_names:
+            if bounds.get(name) != self._bounds[name]:
+                self._changed(name)  # a new bound: more room, or less
 
     def name_endpoints(self, pods: dict[str, str]) -> None:
         """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
@@ -100,6 +110,10 @@ class Router:
     def on_change(self, listener: Callable[[str], None]) -> None:
         """Call `listener(pool)` whenever the pool's pickable endpoints may have changed."""
         self._listeners.append(listener)
+
+    def on_free(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(pool)` whenever a request leaves an endpoint of the pool."""
+        self._freed.append(listener)
 
     def _changed(self, pool: str) -> None:
         for listener in self._listeners:
@@ -136,8 +150,12 @@ class Router:
         return [u for u in self._endpoints.get(pool, []) if self._st(u).ejected_until <= now]
 
     def pick(self, pool: str, exclude: set[str]) -> str | None:
-        """The ready endpoint with the fewest requests in flight."""
-        options = [u for u in self.ready(pool) if u not in exclude]
+        """The ready endpoint with the fewest requests in flight, below the pool's bound."""
+        bound = self._bounds.get(pool)
+        options = [
+            u for u in self.ready(pool)
+            if u not in exclude and (bound is None or self._st(u).in_flight < bound)
+        ]  # fmt: skip
         if not options:
             return None
         if self.policy == "round-robin":
@@ -166,6 +184,8 @@ class Router:
         self._st(url).in_flight -= 1
         self._pool_in_flight[pool] -= 1
         metrics.IN_FLIGHT.labels(pool=pool).dec()
+        for listener in self._freed:
+            listener(pool)
 
     def in_flight(self, url: str) -> int:
         return self._st(url).in_flight

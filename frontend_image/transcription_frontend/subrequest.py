@@ -10,10 +10,12 @@ one (`on_event`), else the whole body.
 Cancelling the call cancels the request (and with it the worker's): its "client" never
 disconnects on its own.
 
-A subrequest sent with `background` (a long file's chunk; a realtime turn is not: someone
-waits for it) is forwarded with `PRIORITY_HEADER: background`, so that a worker serves
-interactive requests before it. The mark rides in the request's ASGI `state`, which only
-the gateway itself writes: no header a client sends can set it.
+Each says which it is (`CHUNK` or `TURN`) in the request's ASGI `state`, which only the
+gateway itself writes: no header a client sends can set it. A long file's chunk is
+background work: forwarded with `PRIORITY_HEADER: background`, so that a worker serves
+interactive requests before it, and not charged to its tenant's quota, which its file was
+charged whole (quota.py). A realtime turn is interactive, whatever its tenant's class
+(someone is listening), and charged to its session's tenant.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from transcription_api.capabilities import Capability
 
 from .gateway import Gateway
 
-# The key in a subrequest's ASGI `state` that marks it background work (`background`).
-BACKGROUND_STATE = "transcription.background"
+# The key in a subrequest's ASGI `state` that says which subrequest it is.
+KIND_STATE = "transcription.subrequest"
+CHUNK = "chunk"  # a long file's chunk
+TURN = "turn"  # a realtime session's turn
 
 OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
 # The pipeline's entry (pipeline.transcribe), passed in: the pipeline itself sends
@@ -40,10 +44,16 @@ OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
 Pipeline = Callable[[Gateway, Capability, Scope, Receive, Send], Awaitable[None]]
 
 
+def kind(scope: Scope) -> str | None:
+    """Which subrequest this request is (`CHUNK`, `TURN`); None: a client's own."""
+    value = scope.get("state", {}).get(KIND_STATE)
+    return value if isinstance(value, str) else None
+
+
 def background(scope: Scope) -> bool:
-    """Whether this request is the gateway's own background work (a subrequest sent with
-    `background`); a client's request never is."""
-    return scope.get("state", {}).get(BACKGROUND_STATE) is True
+    """Whether this request is the gateway's own background work (a long file's chunk); a
+    client's request never is."""
+    return kind(scope) == CHUNK
 
 
 @dataclass(frozen=True)
@@ -105,12 +115,12 @@ class _Reader:
 
 async def post(
     pipeline: Pipeline, gw: Gateway, endpoint: Capability, fields: list[tuple[str, str]],
-    file: bytes, filename: str, content_type: str, caller: Caller,
-    on_event: OnEvent | None = None, background: bool = False,
+    file: bytes, filename: str, content_type: str, caller: Caller, kind: str,
+    on_event: OnEvent | None = None,
 ) -> tuple[int, bytes]:  # fmt: skip
-    """Send one request into the pipeline: (status, body). A streamed answer's events go to
-    `on_event` as they are written (its body is then empty). `background`: the worker is
-    told it is background work."""
+    """Send one request into the pipeline, as `kind` (`CHUNK`, `TURN`): (status, body). A
+    streamed answer's events go to `on_event` as they are written (its body is then
+    empty)."""
     body, ctype = form(fields, file, filename, content_type)
     headers = [
         (b"content-type", ctype.encode()),
@@ -122,7 +132,7 @@ async def post(
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
         "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
         "root_path": "", "headers": headers, "client": caller.client, "server": None,
-        "state": {"request_id": caller.request_id, BACKGROUND_STATE: background},
+        "state": {"request_id": caller.request_id, KIND_STATE: kind},
     }  # fmt: skip
     sent = False
     never = asyncio.Event()

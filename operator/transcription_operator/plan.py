@@ -51,6 +51,17 @@ class PlannedPool(EnginePool):
         return self.capability_set
 
     @property
+    def max_in_flight_per_replica(self) -> int:
+        """Requests the frontend sends one replica at once: the pool's own bound, else its
+        engine's; a faster-whisper continuous pool's is twice its batch size (one batch
+        decoding, the next waiting at the worker)."""
+        if self.spec.max_in_flight_per_replica is not None:
+            return self.spec.max_in_flight_per_replica
+        if self.profile.decoding_settings and self.mode == Mode.CONTINUOUS:
+            return 2 * self.spec.max_batch_size
+        return self.capabilities.max_in_flight_per_replica
+
+    @property
     def reason(self) -> str | None:
         if not self.automatic:
             return None

@@ -18,6 +18,9 @@ _CONTINUOUS = CapabilitySet(
     max_upload_bytes=MAX_UPLOAD,
     # tiny.en on 2 CPUs decodes 2-3 s of audio a second (docs/benchmarks.md); a GPU, more.
     audio_seconds_per_replica=4,
+    # Twice its default batch (pools[].maxBatchSize, 8): a pool with another batch size gets
+    # twice that (the operator's plan).
+    max_in_flight_per_replica=16,
     native_formats=frozenset({"json", "text", "srt", "vtt", "verbose_json"}),
 )
 

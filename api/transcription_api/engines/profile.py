@@ -71,10 +71,12 @@ class Image:
 def one_at_a_time(caps: CapabilitySet) -> CapabilitySet:
     """An engine's capability set in sequential mode, where one replica runs one request at
     a time: what it serves in continuous mode, assumed to decode half as fast without
-    batching until the frontend has measured it."""
+    batching until the frontend has measured it; sent two at a time (one decoding, the
+    next waiting)."""
     rate = caps.audio_seconds_per_replica / 2
     return CapabilitySet.model_validate(
-        dict(caps) | {"max_concurrency": 1, "audio_seconds_per_replica": rate}
+        dict(caps)
+        | {"max_concurrency": 1, "audio_seconds_per_replica": rate, "max_in_flight_per_replica": 2}
     )
 
 

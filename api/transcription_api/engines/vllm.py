@@ -27,6 +27,8 @@ _CONTINUOUS = CapabilitySet(
     # Its CPU build decodes 6-10 s of audio a second on 2 cores (docs/benchmarks.md); a GPU
     # batching Whisper, far more: the frontend's measurement takes over after a few requests.
     audio_seconds_per_replica=20,
+    # Twice the sequences it runs at once by default (--max-num-seqs 256).
+    max_in_flight_per_replica=512,
     native_formats=frozenset({"json", "verbose_json"}),
 )
 IMAGE = Image("vllm", "worker-vllm", "worker_image/Dockerfile.vllm")

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from ..capabilities import MAX_UPLOAD
-from ..frontend import ChunkingSpec, FrontendLimits, MaxAudioSeconds
-from ..schema import CrdModel
+from ..frontend import (
+    TENANTS_RULES,
+    ChunkingSpec,
+    FrontendLimits,
+    MaxAudioSeconds,
+    Tenants,
+    check_tenants,
+)
+from ..schema import CrdModel, validations
 from .containers import ResourcesSpec, SecretKeyRef
 
 
@@ -30,6 +37,8 @@ class FrontendServiceSpec(CrdModel):
 
 class FrontendSpec(CrdModel):
     """The OpenAI-compatible gateway in front of the pools."""
+
+    model_config = ConfigDict(json_schema_extra=validations(TENANTS_RULES))
 
     enabled: bool = Field(
         default=True,
@@ -55,7 +64,8 @@ class FrontendSpec(CrdModel):
     api_key_secret: SecretKeyRef | None = Field(
         default=None,
         description="Secret key holding accepted API keys, one per line (blank lines and "
-        "`#` comments ignored; a key may be followed by the models it may use); when set, "
+        "`#` comments ignored; a key may be followed by the models it may use and by "
+        "`group=<tenant>`); when set, "
         "requests need `Authorization: Bearer <key>`, and a Secret without a key keeps the "
         "frontend not ready (never open).",
     )
@@ -76,3 +86,6 @@ class FrontendSpec(CrdModel):
         "status reports it failed (ProgressDeadlineExceeded, Degraded=True; the old replicas "
         "keep serving).",
     )
+    tenants: Tenants = Field(default_factory=list)
+
+    _tenants = model_validator(mode="after")(check_tenants)

@@ -143,6 +143,16 @@ class PoolSpec(CrdModel):
     max_model_len: int | None = Field(
         default=None, gt=0, description="Maximum model length (vLLM); default: the model's."
     )
+    max_in_flight_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Requests the frontend sends one replica at once; more wait in the "
+        "frontend, where tenants share the pool fairly (docs/gateway.md). Default: twice "
+        "what a replica decodes at once (faster-whisper continuous: 2 x maxBatchSize, vllm "
+        "continuous: 512, sequential pools and transformers: 2), so that it only bites when "
+        "the pool is saturated.",
+    )
     max_queue: int = Field(
         default=16,
         ge=0,

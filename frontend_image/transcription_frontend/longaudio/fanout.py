@@ -11,8 +11,10 @@ engine's `max_audio_seconds`, or larger than its upload limit). Then:
    replaced by another, a pool at zero is woken and the chunk held; at most
    `max_parallel_chunks` chunks of a request run at once, each marked background work
    (`PRIORITY_HEADER`): a faster-whisper worker decodes interactive requests' windows
-   first. With `previous_text` (Whisper pools), the chunks form `max_parallel_chunks` runs
-   of consecutive chunks: each run goes in order, each chunk prompted with the text of the
+   first. Each chunk is its tenant's request in a busy pool's fair order, tagged with its
+   own seconds (fair.py), and is not charged to the tenant's quota: the file was, whole.
+   With `previous_text` (Whisper pools), the chunks form `max_parallel_chunks` runs of
+   consecutive chunks: each run goes in order, each chunk prompted with the text of the
    one before it (after the client's own prompt), as Whisper conditions each window on the
    text before it inside one file;
 4. the answers are stitched into one (stitch.py), in the format asked for; a stream sends
@@ -56,7 +58,7 @@ from ..request_id import request_id
 from ..respond import Reply
 from ..routing import NoPool
 from ..sniff import AudioInfo
-from ..subrequest import Caller, Pipeline, post
+from ..subrequest import CHUNK, Caller, Pipeline, post
 from ..tracing import Span, context_of
 from ..work import Ticket
 from .stitch import logprobs, stitch
@@ -290,7 +292,7 @@ class _Runner:
                 started = time.monotonic()
                 status, body = await post(
                     self.pipeline, self.gw, self.endpoint, fields, flac, "chunk.flac",
-                    "audio/flac", self.caller, background=True,
+                    "audio/flac", self.caller, CHUNK,
                 )  # fmt: skip
                 metrics.CHUNK_SECONDS.observe(time.monotonic() - started)
                 span.set("http.response.status_code", status)

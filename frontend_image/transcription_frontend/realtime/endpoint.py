@@ -2,9 +2,11 @@
 WebSocket on the gateway's own port.
 
 Before the upgrade: the intent, the API key (`Authorization: Bearer`, or the
-`openai-insecure-api-key.<key>` subprotocol browsers send), the model in the query if any,
-and the replica's session limit. A refusal is an HTTP answer in OpenAI's error shape (401,
-403, 404, 400, 503 with `Retry-After`), which the SDK raises as it does for HTTP.
+`openai-insecure-api-key.<key>` subprotocol browsers send) and its tenant (a quota of 0:
+429), the model in the query if any, and the replica's session limit. A refusal is an HTTP
+answer in OpenAI's error shape (401, 403, 404, 400, 429, 503 with `Retry-After`), which the
+SDK raises as it does for HTTP. Each turn is charged to the tenant's quota as it is
+transcribed (turns.py).
 
 After it: one Session (session.py), fed one client event at a time. A bad event gets an
 `error` event naming the field, and the session lives on. The session ends when the client
@@ -102,11 +104,12 @@ def _check(
             "/v1/realtime?intent=transcription.", param="intent", code="unsupported_intent",
         )  # fmt: skip
     try:
-        key = gw.keys.check(header.decode("latin-1") if header else None)
+        caller = gw.caller(header.decode("latin-1") if header else None)
+        gw.quotas.check_open(caller.tenant)
         if query.get("model"):
-            gw.router.catalog.resolve(query["model"][0], key)
+            gw.router.catalog.resolve(query["model"][0], caller)
     except APIError as e:
-        return ("model" if e.param == "model" else "key"), e
+        return ("model" if e.param == "model" else "quota" if e.status == 429 else "key"), e
     return sessions.admit()
 
 

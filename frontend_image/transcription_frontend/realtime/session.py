@@ -141,7 +141,7 @@ class Session:
         name = new.input.transcription.model
         if name is not None:
             try:
-                self.gw.router.catalog.resolve(name, self.gw.keys.check(self._auth()))
+                self.gw.router.catalog.resolve(name, self.gw.caller(self._auth()))
             except APIError as e:
                 raise EventError(e.message, code=e.code or "model_not_found",
                                  param="session.audio.input.transcription.model",

@@ -21,7 +21,7 @@ from transcription_api.routes import RouteTable
 from ..gateway import Gateway
 from ..pipeline import transcribe
 from ..routing import NoPool
-from ..subrequest import Caller, post
+from ..subrequest import TURN, Caller, post
 
 
 @dataclass
@@ -99,7 +99,7 @@ async def transcribe_turn(
             failed.append(ErrorBody.model_validate(payload.get("error") or {"message": "error"}))
 
     status, body = await post(transcribe, gw, Capability.TRANSCRIPTIONS, fields(session, streams),
-                              wav, "turn.wav", "audio/wav", caller, on_event)  # fmt: skip
+                              wav, "turn.wav", "audio/wav", caller, TURN, on_event)  # fmt: skip
     if status != 200:
         raise TurnFailed(_error(body), status)
     if body:  # a whole answer (no pool streams): one delta, then done

@@ -43,7 +43,8 @@ def endpoint_url(owner: Fronted, cfg: OperatorConfig) -> str:
 def frontend_settings(owner: Fronted, scaler: bool = False) -> FrontendSettings:
     """The frontend's settings: spec.frontend's, and the pod's wiring. `scaler`: KEDA asks
     the replicas for the load, and each answers with that of all of them, learnt from its
-    peers (the pods behind the client-facing Service)."""
+    peers (the pods behind the client-facing Service). Tenants need the peers too: each
+    replica enforces its share of their quotas, quota / the replicas it knows."""
     fe = owner.spec.frontend
     keys = fe.api_key_secret
     return FrontendSettings(
@@ -51,11 +52,12 @@ def frontend_settings(owner: Fronted, scaler: bool = False) -> FrontendSettings:
         scaler_port=SCALER_PORT,
         internal_port=INTERNAL_PORT,
         discovery=Discovery.KUBERNETES,
-        peers_service=frontend_service_name(owner) if scaler else None,
+        peers_service=frontend_service_name(owner) if scaler or fe.tenants else None,
         api_keys_path=f"{API_KEYS_MOUNT}/{keys.key}" if keys else None,
         max_audio_seconds=fe.max_audio_seconds,
         limits=fe.limits,
         chunking=fe.chunking,
+        tenants=fe.tenants,
     )
 
 

@@ -29,6 +29,7 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 service=pool_object_name(td, p.name),
                 port=WORKER_PORT,
                 automatic=p.automatic,
+                max_in_flight_per_replica=p.max_in_flight_per_replica,
                 family=p.family,
                 english_only=is_english_only(td.spec.model.name, td.spec.model.path),
                 worker_model=None if p.profile.aliases else worker_settings(td, p).model_reference,
