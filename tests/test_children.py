@@ -13,6 +13,7 @@ import yaml
 from testkit.resources import SAMPLES_DIR, make_td, sample_docs, single_deployment_samples
 from transcription_api.frontend import FrontendSettings
 from transcription_api.routes import RouteTable
+from transcription_api.telemetry import TELEMETRY_OFF
 from transcription_api.v1alpha1 import (
     GATEWAY_KIND,
     KIND,
@@ -273,6 +274,29 @@ def test_api_key_secret_is_mounted_into_the_frontend() -> None:
     assert {"name": "api-keys", "mountPath": "/etc/transcription/api-keys", "readOnly": True} in c[
         "volumeMounts"
     ]
+
+
+@pytest.mark.parametrize("source", ["hub", "image", "pvc"])
+def test_every_container_turns_telemetry_off_and_only_hub_pools_may_reach_the_hub(
+    source: str,
+) -> None:
+    model = {"name": "m", "source": source, "path": "/w", "claimName": "weights"}
+    pool_env = [{"name": "DO_NOT_TRACK", "value": "0"}]  # the pool's own env wins
+    td = make_td({"model": {k: v for k, v in model.items() if source != "hub" or k == "name"},
+                  "engine": "faster-whisper",
+                  "pools": [{"name": "cpu", "mode": "sequential", "env": pool_env}]})  # fmt: skip
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["spec"]
+            for m in build(td, CFG) if m["kind"] == "Deployment"}  # fmt: skip
+    for name, pod in pods.items():
+        [c] = pod["containers"]
+        names = [e["name"] for e in c["env"]]
+        assert len(names) == len(set(names)), names  # server-side apply refuses duplicates
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        worker = name == "whisper-cpu"
+        expected = {**TELEMETRY_OFF, **({"DO_NOT_TRACK": "0"} if worker else {})}
+        assert {k: env.get(k) for k in TELEMETRY_OFF} == expected, name
+        offline = not worker or source != "hub"
+        assert env.get("HF_HUB_OFFLINE") == ("1" if offline else None), name
 
 
 def test_build_is_deterministic(vllm_td: TranscriptionDeployment) -> None:
