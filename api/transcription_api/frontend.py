@@ -265,6 +265,12 @@ class FrontendSettings(BaseModel):
     api_keys_path: Path | None = Field(
         default=None, description="File of accepted API keys, one per line; null: no keys."
     )
+    api_docs: bool = Field(
+        default=False,
+        description="Serve Swagger UI at /docs and ReDoc at /redoc. Off by default: their pages "
+        "load scripts and styles from a CDN (cdn.jsdelivr.net), so a browser that opens them "
+        "fetches third-party code. /openapi.json is served either way.",
+    )
     shutdown_grace_seconds: int = Field(
         default=30,
         gt=0,

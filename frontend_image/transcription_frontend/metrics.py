@@ -43,7 +43,8 @@ IN_FLIGHT = Gauge(
 )
 WORKER_REQUESTS = Counter(
     "transcription_frontend_worker_requests_total",
-    "Requests sent to each worker endpoint (host:port), by pool: how the load is spread.",
+    "Requests sent to each worker, by pool: how the load is spread. `worker` is the worker's "
+    "pod (static endpoints: `<pool>-<index>` in the route table), never its address.",
     ["pool", "worker"],
 )
 RETRIES = Counter(
