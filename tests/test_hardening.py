@@ -365,3 +365,24 @@ def test_a_key_problem_is_told_once_per_new_problem(tmp_path: Path) -> None:
     keys2 = ApiKeys(path, told.append)
     keys2.keys()
     assert len(told) == 2 and "cannot be read" in told[1], told
+
+
+@pytest.mark.parametrize("fails", ["raises", "returns"])
+def test_an_app_that_fails_before_answering_gets_a_500_in_openais_shape(fails: str) -> None:
+    """uvicorn's own 500 is plain text: the last resort answers in OpenAI's shape."""
+    from starlette.types import Receive, Scope, Send
+
+    from transcription_frontend.errors import LastResort
+
+    async def broken(scope: Scope, receive: Receive, send: Send) -> None:
+        if fails == "raises":
+            raise RuntimeError("a bug")
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=LastResort(broken))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+            return await c.get("/v1/models")
+
+    r = asyncio.run(call())
+    assert r.status_code == 500 and error(r)["type"] == "server_error"
+    assert r.headers["connection"] == "close"

@@ -47,6 +47,12 @@ WORKER_REQUESTS = Counter(
     "pod (static endpoints: `<pool>-<index>` in the route table), never its address.",
     ["pool", "worker"],
 )
+REFUSED_CONNECTIONS = Counter(
+    "transcription_frontend_refused_connections_total",
+    "Connections refused with 503 as they opened, by the limit they hit: client (its "
+    "address's maxConnectionsPerClient) or total (maxConnections).",
+    ["reason"],
+)
 RETRIES = Counter(
     "transcription_frontend_retries_total",
     "Requests sent again to another endpoint after one could not be reached or answered 503.",
