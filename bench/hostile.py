@@ -37,7 +37,7 @@ import httpx
 
 from testkit.audio import tone_wav
 
-from .common import RESULTS, Proc, frontend_proc, pct, say, table, write
+from .common import RESULTS, Proc, T, frontend_proc, pct, say, table, write
 from .frontend import routes, worker
 
 BASE = 18760
@@ -178,27 +178,9 @@ def _refusal(r: httpx.Response) -> str:
     return f"{r.status_code} {code}, {retry}"
 
 
-def _sampled(fe: Proc, during: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
-    """`during()`'s result, and the frontend's RSS (MiB) before, at peak (VmHWM and 10 ms
-    samples) and after it."""
-    before = fe.rss_kib()
-    fe.reset_peak()
-    stop = threading.Event()
-    samples = [before]
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(fe.rss_kib())
-            time.sleep(0.01)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
-        result = during()
-    finally:
-        stop.set()
-        sampler.join()
-    peak = max(max(samples), fe.peak_kib())
+def _sampled(fe: Proc, during: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """`during()`'s result, and the frontend's RSS (MiB) before, at peak and after it."""
+    result, before, peak = fe.peak_during(during)
     rss = {"rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
            "rss_after_mib": fe.rss_kib() / 1024}  # fmt: skip
     return result, rss

@@ -121,7 +121,7 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
     config = config_of(read, app, "info")
     limits = read.limits
     running = asyncio.run(_running(read))
-    guard: Any = app.app.app  # type: ignore[attr-defined]  # the last resort, request ids, the Guard
+    guard: Any = app.app  # type: ignore[attr-defined]  # request ids, the Guard
     uses: dict[str, list[tuple[Any, Any]]] = {
         "host": [(config.host, "127.0.0.1")],
         "port": [(config.port, read.port)],

@@ -372,14 +372,14 @@ def test_an_app_that_fails_before_answering_gets_a_500_in_openais_shape(fails: s
     """uvicorn's own 500 is plain text: the last resort answers in OpenAI's shape."""
     from starlette.types import Receive, Scope, Send
 
-    from transcription_frontend.errors import LastResort
+    from transcription_frontend.request_id import RequestIdMiddleware
 
     async def broken(scope: Scope, receive: Receive, send: Send) -> None:
         if fails == "raises":
             raise RuntimeError("a bug")
 
     async def call() -> httpx.Response:
-        transport = httpx.ASGITransport(app=LastResort(broken))
+        transport = httpx.ASGITransport(app=RequestIdMiddleware(broken))
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
             return await c.get("/v1/models")
 

@@ -105,8 +105,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
     def body_cap() -> int:
         return gateway.router.catalog.max_upload_bytes + BODY_OVERHEAD
 
-    guarded = Guard(Pipelines(app, gateway), gateway.settings.limits, body_cap)
-    return errors.LastResort(RequestIdMiddleware(guarded))
+    return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.settings.limits, body_cap))
 
 
 def key_file_problem(problem: str) -> str:

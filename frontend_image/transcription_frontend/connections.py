@@ -21,7 +21,7 @@ against clients that would exhaust them (issues 25 and 37). Every bound here is 
   are drained too, up to as many per client (and in all) as are admitted; beyond, they are
   closed after the answer at once.
 - **OpenAI's error shape**, also where uvicorn answered in plain text: a request the parser
-  refuses is a 400 `invalid_http` (a bug that escapes the app: `errors.LastResort`).
+  refuses is a 400 `invalid_http` (a bug that escapes the app: the request ids' last resort).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""FastAPI's own errors (unknown route, bad query, a bug) answered in OpenAI's shape; and
-the last resort, for whatever escapes the app before it answered (uvicorn's own 500 is
-plain text)."""
+"""FastAPI's own errors (unknown route, bad query, a bug) answered in OpenAI's shape."""
 
 from __future__ import annotations
 
@@ -10,7 +8,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from transcription_api.errors import APIError, bad_request
 
@@ -56,38 +53,3 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unhandled_error)
-
-
-class LastResort:
-    """ASGI: an exception that escapes the app before its answer started, or an app that
-    returns without answering, gets a 500 in OpenAI's shape (and is logged)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        except Exception as e:
-            if started:
-                raise
-            error = internal_error(e)
-        else:
-            if started:
-                return
-            error = internal_error(RuntimeError("the app returned without answering"))
-        error.headers["Connection"] = "close"
-        headers = [(b"content-type", b"application/json")]
-        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-        await send({"type": "http.response.start", "status": error.status, "headers": headers})
-        await send({"type": "http.response.body", "body": error.body()})
