@@ -30,6 +30,7 @@ import asyncio
 import http
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
@@ -123,7 +124,7 @@ class Transport:
     """The connection's transport as uvicorn sees it: closing it is the protocol's business
     (it may linger); once closing, nothing more is written."""
 
-    def __init__(self, real: asyncio.Transport, on_close: Any) -> None:
+    def __init__(self, real: asyncio.Transport, on_close: Callable[[], None]) -> None:
         self.real = real
         self.on_close = on_close
         self.closing = False
