@@ -8,12 +8,13 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import toolchain
 from testkit import host, processes
@@ -24,6 +25,7 @@ PY = sys.executable
 
 
 say = partial(toolchain.say, who="bench")
+T = TypeVar("T")
 
 
 class Proc:
@@ -69,6 +71,28 @@ class Proc:
         """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs)."""
         with contextlib.suppress(OSError):
             Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
+    def peak_during(self, during: Callable[[], T]) -> tuple[T, int, int]:
+        """`during()`'s result, and this process's RSS (KiB) before it and at its peak
+        meanwhile (VmHWM, reset first, and samples every 10 ms)."""
+        before = self.rss_kib()
+        self.reset_peak()
+        samples = [before]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                samples.append(self.rss_kib())
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            result = during()
+        finally:
+            stop.set()
+            sampler.join()
+        return result, before, max(max(samples), self.peak_kib())
 
     def cpu_seconds(self) -> float:
         return host.cpu_seconds(self.proc.pid)

@@ -1,5 +1,5 @@
-"""Hostile-client benchmark (issue 25): the frontend's peak resident memory under 100
-hostile connections at once, with its default limits, while good requests keep coming.
+"""Hostile-client benchmark (issues 25 and 37): the frontend's peak resident memory under
+hostile connections, with its default limits, while good requests keep coming.
 
 The frontend process runs as the pod runs it (`transcription-frontend`, default limits,
 a stand-in vLLM worker behind it). For `seconds` (40; 15 with --quick), 100 connections
@@ -11,14 +11,25 @@ and a good 0.5 s transcription is sent every 0.25 s. Reported: RSS before and at
 (VmHWM and 10 ms samples), how the hostile connections were answered, and how many good
 requests were served and how fast. Target: the peak stays under the frontend's default
 memory limit (512 MiB) and every good request is served.
+
+Then connection exhaustion (issue 37): 2,100 connections (past the default 2,048
+`maxConnections`) that keep sending partial headers, a byte a second, each reopened as soon
+as the gateway answers or cuts it off, for `seconds` again:
+- from one client address (127.0.0.1): its share is `maxConnectionsPerClient` (512); good
+  requests from another address (127.0.0.2) are all served;
+- spread over eight addresses (127.0.0.10-17, 263 each, within their share): together past
+  `maxConnections`, so a good client beyond it is refused, with 503 and `Retry-After` in
+  OpenAI's shape (before: uvicorn's plain text, and resets).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +37,14 @@ import httpx
 
 from testkit.audio import tone_wav
 
-from .common import RESULTS, Proc, frontend_proc, pct, say, table, write
+from .common import RESULTS, Proc, T, frontend_proc, pct, say, table, write
 from .frontend import routes, worker
 
 BASE = 18760
 LIMIT_MIB = 512  # spec.frontend.resources' default memory limit
 CONNECTIONS = 100
+EXHAUSTING = 2100  # connections of the exhaustion scenarios (the finding: past 2,048)
+GOOD_CLIENT = "127.0.0.2"
 
 
 def frontend(port: int, route_file: Path) -> Proc:
@@ -86,6 +99,124 @@ def _attack(kind: str, port: int, stop: threading.Event, outcomes: Counter[str])
             stop.wait(0.1)
 
 
+async def _partial_headers(port: int, source: str, stop: threading.Event,
+                           outcomes: Counter[str]) -> None:  # fmt: skip
+    """One connection at a time from `source` that sends a header a byte a second, reopened
+    as soon as the gateway answers or closes it; how each was answered is counted."""
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                           local_addr=(source, 0))  # fmt: skip
+        except OSError:
+            outcomes["connect failed"] += 1
+            await asyncio.sleep(0.1)
+            continue
+        data = b""
+        try:
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            while not stop.is_set():
+                writer.write(b"x")
+                try:
+                    chunk = await asyncio.wait_for(reader.read(65536), 1.0)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            outcomes["reset"] += 1
+            continue
+        finally:
+            writer.close()
+        if not stop.is_set():
+            outcomes[_status(data)] += 1
+
+
+def _exhaust(port: int, sources: list[str], stop: threading.Event,
+             outcomes: Counter[str]) -> threading.Thread:  # fmt: skip
+    """EXHAUSTING partial-header connections, spread over `sources`, in a thread of their own."""
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(_partial_headers(port, sources[i % len(sources)], stop, outcomes)
+                               for i in range(EXHAUSTING)))  # fmt: skip
+
+    thread = threading.Thread(target=asyncio.run, args=(all_of_them(),))
+    thread.start()
+    return thread
+
+
+def _good_requests(url: str, wav: bytes, seconds: float, source: str = "127.0.0.1",
+                   refused: Counter[str] | None = None) -> tuple[list[float], Counter[str]]:  # fmt: skip
+    """A good transcription every 0.25 s for `seconds`: the latencies of those served, and
+    how the others failed (a 503 counted by its error code and whether it had Retry-After)."""
+    good: list[float] = []
+    failed: Counter[str] = Counter()
+    deadline = time.monotonic() + seconds
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(timeout=30, transport=transport) as c:
+        while time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            try:
+                r = c.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                           files={"file": ("a.wav", wav)})  # fmt: skip
+                if r.status_code == 200:
+                    good.append(time.perf_counter() - t0)
+                else:
+                    failed[_refusal(r)] += 1
+            except httpx.HTTPError as e:
+                failed[type(e).__name__] += 1
+            time.sleep(0.25)
+    return good, failed
+
+
+def _refusal(r: httpx.Response) -> str:
+    try:
+        code = r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = "not OpenAI's shape"
+    retry = "Retry-After" if "retry-after" in r.headers else "no Retry-After"
+    return f"{r.status_code} {code}, {retry}"
+
+
+def _sampled(fe: Proc, during: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """`during()`'s result, and the frontend's RSS (MiB) before, at peak and after it."""
+    result, before, peak = fe.peak_during(during)
+    rss = {"rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
+           "rss_after_mib": fe.rss_kib() / 1024}  # fmt: skip
+    return result, rss
+
+
+def exhaustion(
+    fe: Proc, url: str, wav: bytes, seconds: float, sources: list[str]
+) -> dict[str, Any]:
+    """EXHAUSTING partial-header connections from `sources` while a good client
+    (GOOD_CLIENT) sends its requests."""
+
+    def during() -> tuple[list[float], Counter[str], Counter[str]]:
+        stop = threading.Event()
+        outcomes: Counter[str] = Counter()
+        thread = _exhaust(BASE, sources, stop, outcomes)
+        try:
+            time.sleep(min(5.0, seconds / 4))  # every connection open
+            good, failed = _good_requests(url, wav, seconds, source=GOOD_CLIENT)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        return good, failed, outcomes
+
+    (good, failed, outcomes), rss = _sampled(fe, during)
+    return {
+        "connections": EXHAUSTING,
+        "clients": len(sources),
+        "seconds": seconds,
+        **rss,
+        "hostile_outcomes": dict(sorted(outcomes.items())),
+        "good_served": len(good),
+        "good_failed": dict(failed),
+        "good_p50_ms": pct(good, 50) * 1000 if good else None,
+    }
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 15.0 if quick else 40.0
     procs: list[Proc] = []
@@ -101,69 +232,66 @@ def run(quick: bool = False) -> dict[str, Any]:
         with httpx.Client(timeout=30) as c:  # warm
             c.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
                    files={"file": ("a.wav", wav)})  # fmt: skip
-        before = fe.rss_kib()
-        fe.reset_peak()
         stop = threading.Event()
         outcomes: Counter[str] = Counter()
-        samples = [before]
-
-        def sample() -> None:
-            while not stop.is_set():
-                samples.append(fe.rss_kib())
-                time.sleep(0.01)
-
         kinds = ["header", "loris", "body"]
         threads = [threading.Thread(target=_attack, args=(kinds[i % 3], BASE, stop, outcomes))
                    for i in range(CONNECTIONS)]  # fmt: skip
-        threads.append(threading.Thread(target=sample))
         say(f"{CONNECTIONS} hostile connections for {seconds:g}s, a good request every 0.25 s")
-        for t in threads:
-            t.start()
-        good: list[float] = []
-        failed: Counter[str] = Counter()
-        deadline = time.monotonic() + seconds
-        with httpx.Client(timeout=30) as c:
-            while time.monotonic() < deadline:
-                t0 = time.perf_counter()
-                try:
-                    r = c.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
-                               files={"file": ("a.wav", wav)})  # fmt: skip
-                    if r.status_code == 200:
-                        good.append(time.perf_counter() - t0)
-                    else:
-                        failed[str(r.status_code)] += 1
-                except httpx.HTTPError as e:
-                    failed[type(e).__name__] += 1
-                time.sleep(0.25)
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
-        peak = max(max(samples), fe.peak_kib())
-        after = fe.rss_kib()
+
+        def during() -> tuple[list[float], Counter[str]]:
+            for t in threads:
+                t.start()
+            try:
+                return _good_requests(url, wav, seconds)
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(timeout=10)
+
+        (good, failed), rss = _sampled(fe, during)
+        say(f"{EXHAUSTING} partial-header connections from one client, then from eight")
+        one = exhaustion(fe, url, wav, seconds, ["127.0.0.1"])
+        eight = exhaustion(fe, url, wav, seconds, [f"127.0.0.{10 + i}" for i in range(8)])
     finally:
         for p in procs:
             p.stop()
+    peak = rss["rss_peak_mib"]
     result = {
         "connections": CONNECTIONS,
         "seconds": seconds,
-        "rss_before_mib": before / 1024,
-        "rss_peak_mib": peak / 1024,
-        "rss_after_mib": after / 1024,
+        **rss,
         "hostile_outcomes": dict(sorted(outcomes.items())),
         "good_served": len(good),
         "good_failed": dict(failed),
         "good_p50_ms": pct(good, 50) * 1000 if good else None,
         "good_p99_ms": pct(good, 99) * 1000 if good else None,
+        "exhaustion_one_client": one,
+        "exhaustion_eight_clients": eight,
         "targets": {
-            f"peak_under_{LIMIT_MIB}mib": peak / 1024 < LIMIT_MIB,
+            f"peak_under_{LIMIT_MIB}mib": max(peak, one["rss_peak_mib"], eight["rss_peak_mib"])
+            < LIMIT_MIB,
             "every_good_request_served": bool(good) and not failed,
+            "one_client_cannot_deny_another": bool(one["good_served"]) and not one["good_failed"],
+            "refusals_are_503_with_retry_after": all(
+                k.startswith("503 too_many_connections, Retry-After") for k in eight["good_failed"]
+            ),
         },
     }
     table(f"Frontend under {CONNECTIONS} hostile connections ({seconds:g}s, default limits)",
           ["RSS before MiB", "peak MiB", "after MiB", "good served", "good failed", "good p50 ms", "good p99 ms"],
-          [[result["rss_before_mib"], result["rss_peak_mib"], result["rss_after_mib"], len(good),
+          [[rss["rss_before_mib"], peak, rss["rss_after_mib"], len(good),
             sum(failed.values()), result["good_p50_ms"], result["good_p99_ms"]]])  # fmt: skip
     table("How the hostile connections were answered", ["connection: answer", "count"],
           [[k, v] for k, v in result["hostile_outcomes"].items()])  # fmt: skip
+    table(f"Connection exhaustion: {EXHAUSTING} partial-header connections ({seconds:g}s, "
+          f"default limits), a good client at {GOOD_CLIENT}",
+          ["clients", "RSS before MiB", "peak MiB", "after MiB", "good served", "good failed",
+           "good p50 ms"],
+          [[r["clients"], r["rss_before_mib"], r["rss_peak_mib"], r["rss_after_mib"],
+            r["good_served"], ", ".join(f"{k}: {v}" for k, v in r["good_failed"].items()) or 0,
+            r["good_p50_ms"]] for r in (one, eight)])  # fmt: skip
+    table("How the exhausting connections were answered", ["clients", "answer", "count"],
+          [[r["clients"], k, v] for r in (one, eight) for k, v in r["hostile_outcomes"].items()])  # fmt: skip
     write("hostile", result)
     return result

@@ -48,7 +48,6 @@ import math
 import os
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -397,35 +396,23 @@ def hour_upload(rec: Recording, seconds: float, directory: Path) -> dict[str, An
         client.audio.transcriptions.create(model="whisper-1", file=("a.wav", tone_wav(0.5)))
         with rec.wav.open("rb") as f:
             client.audio.transcriptions.create(model="whisper-1", file=f, chunking_strategy="auto")
-        before, scraped = fe.rss_kib(), scrape(url)
-        fe.reset_peak()
-        samples = [before]
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                samples.append(fe.rss_kib())
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
+        scraped = scrape(url)
         say(
             f"memory: {seconds / 60:.0f} minutes of MP3 ({upload.stat().st_size / 1e6:.1f} MB), chunked"
         )
-        started = time.perf_counter()
-        try:
+
+        def chunked() -> Any:
             with upload.open("rb") as f:
-                answer = client.audio.transcriptions.create(
+                return client.audio.transcriptions.create(
                     model="whisper-1",
                     file=f,
                     chunking_strategy="auto",
                     response_format="verbose_json",
                 )
-        finally:
-            stop.set()
-            sampler.join()
+
+        started = time.perf_counter()
+        answer, before, peak = fe.peak_during(chunked)
         wall = time.perf_counter() - started
-        peak = max(max(samples), fe.peak_kib())
         after = scrape(url)
     finally:
         for p in reversed(procs):

@@ -12,10 +12,12 @@ and `kubectl port-forward`); the containers are checked against what the operato
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +34,7 @@ import testbed.cluster
 from testbed import images
 from testbed.kube import SAMPLES, wait_for, wait_ready
 from testbed.kubectl import Kubectl
-from testbed.netpol import ALLOWED, REFUSED, matrix, mismatches, probe, start_probes
+from testbed.netpol import ALLOWED, LISTEN_PORT, REFUSED, matrix, mismatches, probe, start_probes
 from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
@@ -445,14 +447,26 @@ def test_a_trace_follows_a_request_from_the_frontend_into_the_worker(
         collector.stop()
 
 
+def _accept_until_closed(server: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while True:
+            server.accept()[0].close()
+
+
 def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
     """kube-router enforces what the operator writes: only the deployment's frontend (and
     metrics scrapers) reach the workers, only its peers and KEDA reach the frontend's
     internal ports, clients reach its public port, and DNS and the API server stay
-    reachable. Every source is a real pod on the real node (or this machine itself)."""
+    reachable (ingress). The worker reaches DNS and nothing else: not the API server, a pod
+    of another namespace or an address outside; the frontend reaches its workers, its
+    peers, DNS and the API server, and neither that pod nor that address (egress). Every
+    source is a real pod on the real node (or this machine itself)."""
     kubectl, ns = stack.kubectl, stack.namespace
     worker, frontend = stack.pods("worker")[0], stack.pods("frontend")[0]
     w, f = worker["status"]["podIP"], frontend["status"]["podIP"]
+    outside = socket.create_server(("0.0.0.0", 0))  # an address no policy admits: the node's
+    threading.Thread(target=_accept_until_closed, args=(outside,), daemon=True).start()
+    outside_target = f"{worker['status']['hostIP']}:{outside.getsockname()[1]}"
     columns = {
         f"{w}:8000": "worker :8000",
         f"{f}:8080": "frontend :8080",
@@ -483,9 +497,15 @@ def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
         wait_for(lambda: probe(kubectl, other, "probe-prometheus", targets[:1])[targets[0]]
                  == ALLOWED, timeout=60, interval=0.5, what="the new prometheus pod admitted")  # fmt: skip
         print(f"\na new pod was admitted {time.monotonic() - started:.1f} s after it ran")
-        results["frontend pod"] = probe(kubectl, ns, frontend["metadata"]["name"], targets)
+        other_pod = kubectl.json("get", "pod", "probe-plain", "-n", other)["status"]["podIP"]
+        egress = {f"{other_pod}:{LISTEN_PORT}": "pod, another ns", outside_target: "outside"}
+        columns |= egress
+        everything = [*targets, *egress]
+        results["frontend pod"] = probe(kubectl, ns, frontend["metadata"]["name"], everything)
+        results["worker pod"] = probe(kubectl, ns, worker["metadata"]["name"], everything,
+                                      container="engine")  # fmt: skip
         for source, (namespace, name, _) in sources.items():
-            results[source] = probe(kubectl, namespace, name, targets)
+            results[source] = probe(kubectl, namespace, name, everything)
         here: dict[str, str] = {}
         for target in targets[:4]:
             host, port = target.rsplit(":", 1)
@@ -496,17 +516,25 @@ def test_network_policies_are_enforced_on_the_real_node(stack: Stack) -> None:
                 here[target] = f"refused {type(e).__name__}"
         results["this machine (the node)"] = here
     finally:
+        outside.close()
         kubectl.run("delete", "pod", "probe-plain", "-n", ns, "--wait=false", check=False)
         kubectl("delete", "namespace", other, "--wait=false")
     print(f"\nNetworkPolicy matrix on the real node (kube-router):\n{matrix(results, columns)}")
     a, r = ALLOWED, REFUSED
-    outside = dict(zip(targets, (r, a, r, r, a, a), strict=True))
+    unpoliced = dict.fromkeys(egress, a)  # probe pods have no egress policy
+    stranger = dict(zip(targets, (r, a, r, r, a, a), strict=True)) | unpoliced
     expected = {
-        "frontend pod": dict.fromkeys(targets, a),
-        f"pod in {ns}, unlabelled": outside,
-        "pod in another namespace": outside,
-        "prometheus pod, another ns": dict(zip(targets, (a, a, r, r, a, a), strict=True)),
-        "KEDA operator pod, another ns": dict(zip(targets, (r, a, a, a, a, a), strict=True)),
+        "frontend pod": dict.fromkeys(targets, a) | dict.fromkeys(egress, r),
+        # The worker: DNS only (its own port, and the frontend's public one, are not egress
+        # it needs).
+        "worker pod": dict(zip(targets[1:], (r, r, r, r, a), strict=True))
+        | dict.fromkeys(egress, r),
+        f"pod in {ns}, unlabelled": stranger,
+        "pod in another namespace": stranger,
+        "prometheus pod, another ns": dict(zip(targets, (a, a, r, r, a, a), strict=True))
+        | unpoliced,
+        "KEDA operator pod, another ns": dict(zip(targets, (r, a, a, a, a, a), strict=True))
+        | unpoliced,
         "this machine (the node)": dict.fromkeys(targets[:4], a),
     }
     assert not mismatches(results, expected), mismatches(results, expected)

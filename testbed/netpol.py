@@ -1,10 +1,11 @@
 """Who can reach whom on the test bed's real node: probe pods that try TCP connections and
 name resolution, and the matrix they print (source x destination x allowed/refused).
 
-A probe is a pod of the test bed's base image running PROBE: for each `host:port` it tries a
-TCP connection (3 s), for each `dns:name` a lookup, and prints one JSON object. A
-connection refused by a policy (kube-router rejects) and one that times out (dropped) are
-both "refused"; every port probed has a listener, which the allowed cells show.
+A probe is a pod of the test bed's base image that listens on LISTEN_PORT (a target for
+other probes: egress to a pod) and runs PROBE: for each `host:port` it tries a TCP
+connection (3 s), for each `dns:name` a lookup, and prints one JSON object. A connection
+refused by a policy (kube-router rejects) and one that times out (dropped) are both
+"refused"; every port probed has a listener, which the allowed cells show.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from testbed.kube import wait_for
 from testbed.kubectl import Kubectl
 
 ALLOWED, REFUSED = "allowed", "refused"
+LISTEN_PORT = 8080
+LISTEN = f"""
+import socket
+server = socket.create_server(("", {LISTEN_PORT}))
+while True:
+    server.accept()[0].close()
+"""
 
 PROBE = """
 import json, socket, sys
@@ -45,7 +53,8 @@ RESTRICTED = {  # PodSecurity `restricted`, which the suites' namespaces enforce
 
 
 def probe_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A pod that only waits, so that probes run in it once the policy engine knows it."""
+    """A pod that only listens, so that probes run in it (and reach it) once the policy
+    engine knows it."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -58,7 +67,7 @@ def probe_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
                     "name": "probe",
                     "image": images.ref(images.BASE),
                     "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", "import time; time.sleep(900)"],
+                    "command": ["timeout", "900", "python3", "-c", LISTEN],
                     "securityContext": RESTRICTED,
                     "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                 }

@@ -60,13 +60,14 @@ def local_settings(port: int, **settings: Any) -> FrontendSettings:
 
 
 def frontend(table: RouteTable | Routes, d: Path, args: list[str] | None = None, ready: str = "/ready",
-             **settings: Any) -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
+             env: dict[str, str] | None = None, **settings: Any,
+             ) -> tuple[str, subprocess.Popen[bytes]]:  # fmt: skip
     """The frontend's process on `table`, with `settings` (fields of `FrontendSettings`, in
-    its environment variable as the operator passes them) and more command-line `args`,
-    once `ready` (a path) answers 200."""
+    its environment variable as the operator passes them), more command-line `args` and
+    more `env`, once `ready` (a path) answers 200."""
     (d / "routes.json").write_text(table.dumps())
     port = free_port()
-    env = {SETTINGS_ENV: local_settings(port, **settings).to_env()}
+    env = {**(env or {}), SETTINGS_ENV: local_settings(port, **settings).to_env()}
     proc = start([str(BIN / "transcription-frontend"), "--routes", str(d / "routes.json"), *(args or [])],
                  d / "frontend.log", f"http://127.0.0.1:{port}{ready}", env=env)  # fmt: skip
     return f"http://127.0.0.1:{port}", proc

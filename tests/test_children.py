@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.operator import RecordingKube
 from testkit.resources import SAMPLES_DIR, make_td, sample_docs, single_deployment_samples
 from transcription_api.frontend import FrontendSettings
 from transcription_api.routes import RouteTable
+from transcription_api.telemetry import TELEMETRY_OFF
 from transcription_api.v1alpha1 import (
     GATEWAY_KIND,
     KIND,
@@ -23,6 +25,7 @@ from transcription_api.v1alpha1 import (
 from transcription_api.worker import WorkerSettings
 from transcription_operator.children import build, build_gateway, resource_requirements
 from transcription_operator.config import OperatorConfig
+from transcription_operator.kube import KubeError
 from transcription_operator.names import GatewayRef
 from transcription_operator.selection import select
 
@@ -102,7 +105,9 @@ def test_children_of_a_gpu_pool(vllm_td: TranscriptionDeployment) -> None:
         ("PodDisruptionBudget", "whisper-batch"),
         ("PodDisruptionBudget", "whisper-frontend"),
         ("NetworkPolicy", "whisper-workers"),
+        ("NetworkPolicy", "whisper-workers-egress"),
         ("NetworkPolicy", "whisper-frontend-internal"),
+        ("NetworkPolicy", "whisper-frontend-egress"),
     }
     pod = kids[("Deployment", "whisper-batch")]["spec"]["template"]["spec"]
     engine = pod["containers"][0]
@@ -192,6 +197,94 @@ def test_the_frontends_internal_ports_admit_only_its_peers_and_keda(
     ]
 
 
+def egress_of(manifests: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    np = by_kind_name(manifests)[("NetworkPolicy", name)]
+    assert np["spec"]["policyTypes"] == ["Egress"]
+    rules: list[dict[str, Any]] = np["spec"]["egress"]
+    assert all(r.get("to") != [] for r in rules)  # an empty `to` would admit everything
+    return rules
+
+
+DNS = {"ports": [{"protocol": p, "port": n} for n in (53, 5353) for p in ("UDP", "TCP")]}
+WORKERS = {"app.kubernetes.io/instance": "whisper", "app.kubernetes.io/component": "worker"}
+FRONTENDS = {"app.kubernetes.io/instance": "whisper", "app.kubernetes.io/component": "frontend"}
+
+
+@pytest.mark.parametrize("source", ["hub", "image"])
+def test_workers_reach_dns_and_the_hub_only_for_hub_weights(source: str) -> None:
+    model = {"name": "m", "source": source} | ({"path": "/models/m"} if source == "image" else {})
+    manifests = build(make_td({"model": model}), CFG)
+    rules = egress_of(manifests, "whisper-workers-egress")
+    hub = [{"ports": [{"protocol": "TCP", "port": 443}]}] if source == "hub" else []
+    assert rules == [DNS, *hub]
+    np = by_kind_name(manifests)[("NetworkPolicy", "whisper-workers-egress")]
+    assert np["spec"]["podSelector"]["matchLabels"] == WORKERS
+
+
+def test_the_frontend_reaches_dns_the_api_server_its_workers_and_peers() -> None:
+    td = make_td({"model": {"name": "m"}})
+    cfg = OperatorConfig(api_server=(("10.0.0.1", 6443), ("10.0.0.2", 6443), ("fd00::1", 443)))
+    rules = egress_of(build(td, cfg), "whisper-frontend-egress")
+    dns, api443, api6443, workers, peers = rules
+    assert dns == DNS
+    assert api443 == {"to": [{"ipBlock": {"cidr": "fd00::1/128"}}],
+                      "ports": [{"protocol": "TCP", "port": 443}]}  # fmt: skip
+    assert api6443["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}},
+                             {"ipBlock": {"cidr": "10.0.0.2/32"}}]  # fmt: skip
+    assert workers == {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "speech"}},
+                "podSelector": {"matchLabels": WORKERS}}],
+        "ports": [{"protocol": "TCP", "port": 8000}],
+    }  # fmt: skip
+    assert peers == {"to": [{"podSelector": {"matchLabels": FRONTENDS}}],
+                     "ports": [{"protocol": "TCP", "port": 9091}]}  # fmt: skip
+    # The API server's addresses unknown: its ports, anywhere.
+    assert egress_of(build(td, CFG), "whisper-frontend-egress")[1] == {
+        "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
+    }
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "rule"),
+    [
+        ("http://10.1.2.3:4318", {"ports": [{"protocol": "TCP", "port": 4318}],
+                                  "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}]}),
+        ("https://collector.observability.svc", {"ports": [{"protocol": "TCP", "port": 443}]}),
+    ],
+)  # fmt: skip
+def test_the_tracing_endpoint_is_reachable_when_set(endpoint: str, rule: dict[str, Any]) -> None:
+    manifests = build(make_td({"model": {"name": "m"}, "tracing": {"endpoint": endpoint}}), CFG)
+    assert egress_of(manifests, "whisper-workers-egress")[-1] == rule
+    assert egress_of(manifests, "whisper-frontend-egress")[-1] == rule
+
+
+def test_the_api_servers_addresses_come_from_the_chart_else_from_its_endpoint_slices() -> None:
+    env = {"API_SERVER_ENDPOINTS": "10.0.0.1:6443, [fd00::1]:443"}
+    assert OperatorConfig.from_env(env).api_server == (("10.0.0.1", 6443), ("fd00::1", 443))
+    kube = RecordingKube()
+    kube.server.put({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "ports": [{"name": "https", "port": 6443}],
+        "endpoints": [{"addresses": ["172.18.0.3"]}, {"addresses": ["172.18.0.2"]}],
+    })  # fmt: skip
+    assert kube.api_server_endpoints() == (("172.18.0.2", 6443), ("172.18.0.3", 6443))
+
+    class Namespaced(RecordingKube):  # may not read the default namespace
+        def request(self, method: str, path: str, *args: Any, **kw: Any) -> Any:
+            raise KubeError(403, "Forbidden", "")
+
+    assert Namespaced().api_server_endpoints() == ()  # none known: the ports, anywhere
+
+
+def test_egress_policies_can_be_left_out() -> None:
+    """For a CNI that does not enforce egress: the ingress policies stay."""
+    td = make_td({"model": {"name": "m"}, "networkPolicy": {"egress": False}})
+    names = {m["metadata"]["name"] for m in build(td, CFG) if m["kind"] == "NetworkPolicy"}
+    assert names == {"whisper-workers", "whisper-frontend-internal"}
+
+
 def test_single_replica_pools_get_no_disruption_budget() -> None:
     td = make_td({"model": {"name": "m"}, "frontend": {"replicas": 1}})
     kinds = [m["kind"] for m in build(td, CFG)]
@@ -273,6 +366,29 @@ def test_api_key_secret_is_mounted_into_the_frontend() -> None:
     assert {"name": "api-keys", "mountPath": "/etc/transcription/api-keys", "readOnly": True} in c[
         "volumeMounts"
     ]
+
+
+@pytest.mark.parametrize("source", ["hub", "image", "pvc"])
+def test_every_container_turns_telemetry_off_and_only_hub_pools_may_reach_the_hub(
+    source: str,
+) -> None:
+    model = {"name": "m", "source": source, "path": "/w", "claimName": "weights"}
+    pool_env = [{"name": "DO_NOT_TRACK", "value": "0"}]  # the pool's own env wins
+    td = make_td({"model": {k: v for k, v in model.items() if source != "hub" or k == "name"},
+                  "engine": "faster-whisper",
+                  "pools": [{"name": "cpu", "mode": "sequential", "env": pool_env}]})  # fmt: skip
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["spec"]
+            for m in build(td, CFG) if m["kind"] == "Deployment"}  # fmt: skip
+    for name, pod in pods.items():
+        [c] = pod["containers"]
+        names = [e["name"] for e in c["env"]]
+        assert len(names) == len(set(names)), names  # server-side apply refuses duplicates
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        worker = name == "whisper-cpu"
+        expected = {**TELEMETRY_OFF, **({"DO_NOT_TRACK": "0"} if worker else {})}
+        assert {k: env.get(k) for k in TELEMETRY_OFF} == expected, name
+        offline = not worker or source != "hub"
+        assert env.get("HF_HUB_OFFLINE") == ("1" if offline else None), name
 
 
 def test_build_is_deterministic(vllm_td: TranscriptionDeployment) -> None:

@@ -46,6 +46,7 @@ RESOURCE = {
         "limits": {"maxHeaderBytes": 4096, "maxHeaders": 20, "headerTimeoutSeconds": 2.5,
                    "bodyTimeoutSeconds": 7, "bodyMinBytesPerSecond": 10, "idleTimeoutSeconds": 9,
                    "maxBodyBytes": 123456, "maxConcurrency": 5, "maxConnections": 50,
+                   "maxConnectionsPerClient": 10, "drainSeconds": 4, "drainMaxBytes": 65536,
                    "maxRealtimeSessions": 3, "realtimeSessionSeconds": 60,
                    "realtimeIdleTimeoutSeconds": 5, "realtimeMaxAppendBytes": 4096},
     },
@@ -110,7 +111,7 @@ def every_setting_changed(tmp_path: Path) -> FrontendSettings:
     return FrontendSettings(
         host="127.0.0.1", port=free_port(), scaler_port=free_port(), internal_port=free_port(),
         discovery=Discovery.KUBERNETES, namespace="speech", peers_service="whisper",
-        balancer=Balancer.ROUND_ROBIN, api_keys_path=tmp_path / "keys",
+        balancer=Balancer.ROUND_ROBIN, api_keys_path=tmp_path / "keys", api_docs=True,
         shutdown_grace_seconds=7, max_audio_seconds=600,
         limits=make_td(RESOURCE).spec.frontend.limits,
         chunking=ChunkingSpec(enabled=False, max_parallel_chunks=2),
@@ -133,6 +134,7 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
     limits = read.limits
     running = asyncio.run(_running(read))
     charge = gateway.quotas.admit(read.tenants[0], 1)
+    guard: Any = app.app  # type: ignore[attr-defined]  # request ids, the Guard
     uses: dict[str, list[tuple[Any, Any]]] = {
         "host": [(config.host, "127.0.0.1")],
         "port": [(config.port, read.port)],
@@ -146,14 +148,15 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
         "peers_service": [(gateway.slices.peers_service, "whisper")],
         "balancer": [(gateway.router.policy, "round-robin")],
         "api_keys_path": [(gateway.keys.path, tmp_path / "keys")],
+        "api_docs": [(guard.app.app.docs_url, "/docs"), (guard.app.app.redoc_url, "/redoc")],
         "shutdown_grace_seconds": [(config.timeout_graceful_shutdown, 7)],
         "max_audio_seconds": [(gateway.settings.max_audio_seconds, 600)],  # the pipeline's check
         "limits": [
             (config.http.limits, limits),  # type: ignore[union-attr]
             (config.timeout_keep_alive, limits.idle_timeout_seconds),
-            (config.limit_concurrency, limits.max_connections),
+            (config.limit_concurrency, None),  # the protocol counts connections, not uvicorn
             (config.ws_max_size, 4096 * 4 // 3 + 64 * 1024),
-            (app.app.limits, limits),  # type: ignore[attr-defined]  # the Guard
+            (guard.limits, limits),
             (gateway.sessions.limits, limits),  # realtime
         ],
         "chunking": [(gateway.settings.chunking, read.chunking)],  # the pipeline's plan

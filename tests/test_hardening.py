@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -136,9 +137,10 @@ def test_a_missing_or_empty_key_file_is_not_ready_and_never_open(
     with caplog.at_level("ERROR", "transcription_frontend.auth"):
         fe = keyed(worker, keys)
     try:
-        assert "not ready" in caplog.text and str(keys) in caplog.text
-        r = httpx.get(f"{fe.url}/ready")
-        assert r.status_code == 503 and str(keys) in r.json()["reason"]
+        assert "not ready" in caplog.text and str(keys) in caplog.text  # the log tells where
+        r = httpx.get(f"{fe.url}/ready")  # anyone may ask: neither the path nor the OS's words
+        what = "cannot be read" if content is None else "has no key"
+        assert r.status_code == 503 and r.json()["reason"] == f"the API key file {what}"
         for headers in ({}, bearer("anything")):
             r = fe.post({"model": "whisper-1"}, headers=headers)
             assert r.status_code == 503 and error(r)["code"] == "api_keys_unavailable"
@@ -288,6 +290,44 @@ def test_metrics_name_the_worker_pod_and_errors_name_no_address(
         fe.running.stop()
 
 
+def test_static_endpoints_are_named_by_pool_and_place_in_metrics(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
+                       pools=[pool("static", ["http://127.0.0.9:1", worker[0].url])])  # fmt: skip
+    fe = Frontend(table)
+    try:
+        assert fe.post({"model": "whisper-1"}).status_code == 200  # 127.0.0.9:1 refuses: retried
+        lines = [x for x in httpx.get(f"{fe.url}/metrics").text.splitlines()
+                 if x.startswith('transcription_frontend_worker_requests_total{pool="static"')]  # fmt: skip
+        assert {x.split('worker="')[1].split('"')[0] for x in lines} == {"static-0", "static-1"}
+        assert not any(":" in x.split('worker="')[1].split('"')[0] for x in lines)
+    finally:
+        fe.running.stop()
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_api_docs_are_off_by_default_and_load_a_cdn_when_on(
+    worker: tuple[Running, Behaviour], page: str
+) -> None:
+    """Swagger UI and ReDoc pull their scripts from a CDN: a browser that opens them fetches
+    third-party code, so they are served only when the settings ask (`api_docs`)."""
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [worker[0].url])])
+    for on in (False, True):
+        fe = Frontend(table, api_docs=on)
+        try:
+            r = httpx.get(f"{fe.url}{page}")
+            hosts = set(re.findall(r"(?:https?:)?//([\w.-]+)", r.text))
+            if on:
+                assert r.status_code == 200 and "cdn.jsdelivr.net" in hosts
+            else:
+                assert r.status_code == 404 and error(r)["code"] == "unknown_url"
+                assert not hosts, hosts
+            assert httpx.get(f"{fe.url}/openapi.json").status_code == 200
+        finally:
+            fe.running.stop()
+
+
 def test_the_load_report_is_off_the_public_port_and_peers_read_it_there(
     worker: tuple[Running, Behaviour],
 ) -> None:
@@ -325,3 +365,24 @@ def test_a_key_problem_is_told_once_per_new_problem(tmp_path: Path) -> None:
     keys2 = ApiKeys(path, told.append)
     keys2.keys()
     assert len(told) == 2 and "cannot be read" in told[1], told
+
+
+@pytest.mark.parametrize("fails", ["raises", "returns"])
+def test_an_app_that_fails_before_answering_gets_a_500_in_openais_shape(fails: str) -> None:
+    """uvicorn's own 500 is plain text: the last resort answers in OpenAI's shape."""
+    from starlette.types import Receive, Scope, Send
+
+    from transcription_frontend.request_id import RequestIdMiddleware
+
+    async def broken(scope: Scope, receive: Receive, send: Send) -> None:
+        if fails == "raises":
+            raise RuntimeError("a bug")
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=RequestIdMiddleware(broken))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+            return await c.get("/v1/models")
+
+    r = asyncio.run(call())
+    assert r.status_code == 500 and error(r)["type"] == "server_error"
+    assert r.headers["connection"] == "close"

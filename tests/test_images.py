@@ -1,8 +1,9 @@
-"""Dockerfiles: clean under hadolint, non-root, and pinned to this project's version."""
+"""Dockerfiles: clean under hadolint, non-root, pinned to this project's version, telemetry off."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
+
+from transcription_api.telemetry import TELEMETRY_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = [
@@ -95,3 +99,29 @@ def test_faster_whisper_is_pinned_once_and_the_frontend_image_reads_that_pin() -
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == pin, out.stderr
     assert text.count("-r /wheels/silero.txt") == 2  # built, then installed
+
+
+def image_env(path: Path) -> dict[str, str]:
+    """The variables the Dockerfile's `ENV` instructions set (`KEY=VALUE` form)."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    env: dict[str, str] = {}
+    for line in re.findall(r"^ENV (.+)$", text, re.M):
+        env |= dict(pair.split("=", 1) for pair in shlex.split(line))
+    return env
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=[str(p.relative_to(ROOT)) for p in DOCKERFILES])
+def test_every_image_turns_telemetry_off(path: Path) -> None:
+    env = image_env(path)
+    assert {k: env.get(k) for k in TELEMETRY_OFF} == TELEMETRY_OFF
+    # The gateway never downloads weights; workers may (`source: hub`): the pod decides.
+    assert ("HF_HUB_OFFLINE" in env) == (path.parent.name == "frontend_image")
+
+
+def test_the_charts_operator_turns_telemetry_off() -> None:
+    """install.yaml is the chart rendered with its default values (kept fresh by a test)."""
+    docs = yaml.safe_load_all((ROOT / "install.yaml").read_text())
+    [deployment] = [d for d in docs if d and d["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert {k: env.get(k) for k in TELEMETRY_OFF} == TELEMETRY_OFF

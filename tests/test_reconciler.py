@@ -59,9 +59,10 @@ def test_first_reconcile_applies_every_child_once_and_reports() -> None:
     kinds = [k for k, _ in applied(w.kube.writes)]
     assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "Service",
                      "Service", "Deployment", "Deployment", "Deployment", "PodDisruptionBudget",
-                     "PodDisruptionBudget", "NetworkPolicy", "NetworkPolicy"]  # fmt: skip
+                     "PodDisruptionBudget", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy",
+                     "NetworkPolicy"]  # fmt: skip
     assert w.kube.writes[-1] == ("status", "whisper")
-    assert result.outcome == "applied" and result.writes == 15
+    assert result.outcome == "applied" and result.writes == 17
     assert w.condition("Ready")["status"] == "False"  # nothing rolled out yet
 
 

@@ -101,7 +101,28 @@ class FrontendLimits(CrdModel):
     )
     max_connections: int = Field(
         default=2048, ge=1, le=1_000_000,
-        description="Open connections per frontend replica; more get 503.",
+        description="Open connections per frontend replica (WebSockets count against "
+        "`maxRealtimeSessions` instead); more: 503 with Retry-After, and the connection is "
+        "closed.",
+    )  # fmt: skip
+    max_connections_per_client: int = Field(
+        default=512, ge=1, le=1_000_000,
+        description="Open connections per client address per frontend replica, so that one "
+        "client cannot take every connection; more: 503 with Retry-After, and the connection "
+        "is closed. Behind a proxy or an Ingress, the proxy is the client: raise it to "
+        "`maxConnections`.",
+    )  # fmt: skip
+    drain_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="After an answer sent before the whole request arrived (an early error, a "
+        "refusal), seconds the rest is read and discarded before the connection is closed, so "
+        "that the client reads the answer rather than a reset (nginx's lingering close); "
+        "`idleTimeoutSeconds` at most between two reads.",
+    )  # fmt: skip
+    drain_max_bytes: int = Field(
+        default=64 * 1024**2, ge=0, le=1024**4,
+        description="Bytes read and discarded at most after such an answer; then the "
+        "connection is closed.",
     )  # fmt: skip
     max_realtime_sessions: int = Field(
         default=100, ge=0, le=100_000,
@@ -363,6 +384,12 @@ class FrontendSettings(BaseModel):
     )
     api_keys_path: Path | None = Field(
         default=None, description="File of accepted API keys, one per line; null: no keys."
+    )
+    api_docs: bool = Field(
+        default=False,
+        description="Serve Swagger UI at /docs and ReDoc at /redoc. Off by default: their pages "
+        "load scripts and styles from a CDN (cdn.jsdelivr.net), so a browser that opens them "
+        "fetches third-party code. /openapi.json is served either way.",
     )
     shutdown_grace_seconds: int = Field(
         default=30,

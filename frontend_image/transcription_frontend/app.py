@@ -53,6 +53,9 @@ def create_app(gateway: Gateway) -> ASGIApp:
         version="0.1.0",
         description="OpenAI-compatible speech-to-text API in front of the worker pools.",
         lifespan=lifespan,
+        # Swagger UI and ReDoc load their assets from a CDN: off unless the settings ask.
+        docs_url="/docs" if gateway.settings.api_docs else None,
+        redoc_url="/redoc" if gateway.settings.api_docs else None,
     )
     app.state.gateway = gateway
     errors.install(app)
@@ -85,9 +88,8 @@ def create_app(gateway: Gateway) -> ASGIApp:
         # no key (auth.py): the gateway fails closed, never open.
         gateway.keys.keys()
         if gateway.keys.problem is not None:
-            return JSONResponse(
-                {"status": "not ready", "reason": gateway.keys.problem}, status_code=503
-            )
+            reason = key_file_problem(gateway.keys.problem)
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
         return {"status": "ready"}
 
     if gateway.settings.internal_port is None:  # else on its own port, off this one (load.py)
@@ -105,6 +107,13 @@ def create_app(gateway: Gateway) -> ASGIApp:
         return gateway.router.catalog.max_upload_bytes + BODY_OVERHEAD
 
     return RequestIdMiddleware(Guard(Pipelines(app, gateway), gateway.settings.limits, body_cap))
+
+
+def key_file_problem(problem: str) -> str:
+    """What is wrong with the key file, for whoever asks `/ready` (no key is needed): not its
+    path nor the system's error, which the log and the pod's Warning Event tell."""
+    return "the API key file " + ("has no key" if problem.endswith("has no key") else
+                                  "cannot be read")  # fmt: skip
 
 
 class Pipelines:

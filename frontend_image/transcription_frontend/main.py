@@ -36,8 +36,8 @@ from transcription_api.frontend import SETTINGS_ENV, Discovery, FrontendSettings
 from transcription_api.routes import Routes, RouteTable
 
 from .app import Gateway, create_app
+from .connections import guarded_protocol
 from .discovery import load_table
-from .limits import guarded_protocol
 from .routing import Router
 from .tracing import TracingSettings, setup
 
@@ -155,7 +155,8 @@ def gateway_of(
 
 
 def config_of(settings: FrontendSettings, app: ASGIApp, log_level: str) -> uvicorn.Config:
-    """uvicorn's configuration: the address, the shutdown grace and the connection limits."""
+    """uvicorn's configuration: the address, the shutdown grace and the connection limits
+    (the protocol's own: uvicorn's `limit_concurrency` answers in plain text)."""
     limits = settings.limits
     return uvicorn.Config(
         app,
@@ -166,7 +167,6 @@ def config_of(settings: FrontendSettings, app: ASGIApp, log_level: str) -> uvico
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         http=guarded_protocol(limits),
         timeout_keep_alive=limits.idle_timeout_seconds,
-        limit_concurrency=limits.max_connections,
         # a WebSocket message: the largest append, base64-encoded, and its JSON around it
         ws_max_size=limits.realtime_max_append_bytes * 4 // 3 + 64 * 1024,
     )

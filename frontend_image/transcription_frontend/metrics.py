@@ -43,8 +43,15 @@ IN_FLIGHT = Gauge(
 )
 WORKER_REQUESTS = Counter(
     "transcription_frontend_worker_requests_total",
-    "Requests sent to each worker endpoint (host:port), by pool: how the load is spread.",
+    "Requests sent to each worker, by pool: how the load is spread. `worker` is the worker's "
+    "pod (static endpoints: `<pool>-<index>` in the route table), never its address.",
     ["pool", "worker"],
+)
+REFUSED_CONNECTIONS = Counter(
+    "transcription_frontend_refused_connections_total",
+    "Connections refused with 503 as they opened, by the limit they hit: client (its "
+    "address's maxConnectionsPerClient) or total (maxConnections).",
+    ["reason"],
 )
 RETRIES = Counter(
     "transcription_frontend_retries_total",

@@ -1,4 +1,6 @@
-"""Request ids: accept the client's `x-request-id` or make one, return it, log one line."""
+"""Request ids: accept the client's `x-request-id` or make one, return it, log one line.
+And the last resort: an exception that escapes the app before its answer started, or an app
+that returns without answering, gets a 500 in OpenAI's shape (uvicorn's own is plain text)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ import time
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from transcription_api.errors import APIError
+
+from .errors import internal_error
 
 log = logging.getLogger("transcription_frontend")
 QUIET_PATHS = ("/health", "/ready", "/metrics")
@@ -42,8 +48,21 @@ class RequestIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+            if not status:
+                await last_resort(send_with_id, RuntimeError("the app returned no answer"))
+        except Exception as e:
+            if status:
+                raise
+            await last_resort(send_with_id, e)
         finally:
             if scope["path"] not in QUIET_PATHS:
                 ms = (time.perf_counter() - start) * 1000
                 log.info("%s %s %s %.1fms request_id=%s", scope["method"], scope["path"],
                          status, ms, rid)  # fmt: skip
+
+
+async def last_resort(send: Send, e: Exception) -> None:
+    error: APIError = internal_error(e)
+    headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": error.body()})

@@ -65,6 +65,7 @@ class Router:
         self._endpoints: dict[str, list[str]] = {}  # pool name -> base URLs (ready ones)
         self._state: dict[str, EndpointState] = {}
         self._pods: dict[str, str] = {}  # endpoint URL -> its pod's name (discovery)
+        self._static: dict[str, str] = {}  # static endpoint URL -> `<pool>-<index>`
         self._pool_in_flight: dict[str, int] = {}
         self._spilled: dict[str, int] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -80,6 +81,11 @@ class Router:
         old, self.catalog = self.catalog, Catalog(routes)
         bounds = self._bounds
         self._bounds = {p.name: p.max_in_flight_per_replica for p in self.catalog.pools}
+        self._static = {
+            url: f"{pool.name}-{i}"
+            for pool in self.catalog.pools
+            for i, url in enumerate(pool.endpoints)
+        }
         for pool in self.catalog.pools:
             if pool.endpoints:
                 self._set(pool.name, list(pool.endpoints))  # static: in the table's order
@@ -93,7 +99,8 @@ class Router:
                 self._changed(name)  # a new bound: more room, or less
 
     def name_endpoints(self, pods: dict[str, str]) -> None:
-        """The pods behind endpoint URLs (from discovery): metrics name the pod, not its IP."""
+        """The pods behind endpoint URLs (from discovery): metrics name the pod, never its
+        address (static endpoints: their pool and place in the route table)."""
         self._pods = pods
 
     def set_endpoints(self, pool: str, urls: list[str]) -> None:
@@ -177,7 +184,7 @@ class Router:
         st.last_used = time.monotonic()
         self._pool_in_flight[pool] = self._pool_in_flight.get(pool, 0) + 1
         metrics.IN_FLIGHT.labels(pool=pool).inc()
-        worker = self._pods.get(url) or url.split("://")[-1]  # static endpoints: host:port
+        worker = self._pods.get(url) or self._static.get(url) or "unnamed"
         metrics.WORKER_REQUESTS.labels(pool=pool, worker=worker).inc()
 
     def release(self, url: str, pool: str) -> None:

@@ -27,6 +27,11 @@ class OperatorConfig:
     cluster_domain: str = "cluster.local"
     # Namespaces to watch; empty means all namespaces.
     namespaces: tuple[str, ...] = ()
+    # The API server as pods reach it once the `kubernetes` Service is translated: (address,
+    # port) pairs, which the frontends' egress policies admit. From API_SERVER_ENDPOINTS
+    # (`ip:port,...`: the chart's networkPolicy.apiServerEndpoints), else read from that
+    # Service's EndpointSlices at start; none known: any address on 443 and 6443.
+    api_server: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -42,4 +47,13 @@ class OperatorConfig:
             pull_policy=e.get("IMAGE_PULL_POLICY", base.pull_policy),
             cluster_domain=e.get("CLUSTER_DOMAIN", base.cluster_domain),
             namespaces=namespaces,
+            api_server=tuple(
+                endpoint(e) for e in e.get("API_SERVER_ENDPOINTS", "").split(",") if e.strip()
+            ),
         )
+
+
+def endpoint(text: str) -> tuple[str, int]:
+    """`10.0.0.1:6443` or `[fd00::1]:6443` as (address, port)."""
+    address, _, port = text.strip().rpartition(":")
+    return address.strip("[]"), int(port)

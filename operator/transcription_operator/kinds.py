@@ -78,9 +78,12 @@ POD = Kind("v1", "Pod", "pods", READ)
 EVENT_READS = READ  # core/v1 Events only
 # Leader election (`leader.py`): one Lease, in the operator's own namespace.
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases", ("get", "create", "update"))
+# The `kubernetes` Service's, read at start for the frontends' egress to the API server (the
+# operator holds this read anyway: the frontends' Roles grant it).
+ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", READ)
 
 KINDS: dict[str, Kind] = {
-    k.kind: k for k in (*CHILDREN, *RESOURCES, SECRET, EVENT, POD, LEASE, NAMESPACE)
+    k.kind: k for k in (*CHILDREN, *RESOURCES, SECRET, EVENT, POD, LEASE, NAMESPACE, ENDPOINT_SLICE)
 }
 CHILD_KIND_NAMES = frozenset(k.kind for k in CHILDREN)
 

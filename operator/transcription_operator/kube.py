@@ -8,6 +8,7 @@ report API requests per reconcile).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from kubernetes import client, config
@@ -18,6 +19,8 @@ from transcription_api.v1alpha1 import KIND
 from . import metrics
 from .config import FIELD_MANAGER
 from .kinds import KINDS
+
+log = logging.getLogger("transcription_operator")
 
 
 class KubeError(Exception):
@@ -119,6 +122,22 @@ class Kube:
         for item in items:
             item["kind"], item["apiVersion"] = kind, KINDS[kind].api_version
         return items
+
+    def api_server_endpoints(self) -> tuple[tuple[str, int], ...]:
+        """The API server as pods reach it once the `kubernetes` Service is translated: the
+        addresses and ports of its EndpointSlices; none when they cannot be read (an
+        operator that watches some namespaces only may not)."""
+        try:
+            slices = self.list("EndpointSlice", "default", "kubernetes.io/service-name=kubernetes")
+        except KubeError as e:
+            log.warning("the API server's addresses cannot be read (%s): the frontends' egress "
+                        "policies admit any address on 443 and 6443", e.reason)  # fmt: skip
+            return ()
+        return tuple(sorted({
+            (address, port["port"])
+            for s in slices for port in s.get("ports") or [] if port.get("port")
+            for ep in s.get("endpoints") or [] for address in ep.get("addresses") or []
+        }))  # fmt: skip
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply under the operator's field manager (forcing conflicts)."""

@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from transcription_api.v1alpha1 import GATEWAY_KIND, KIND, TranscriptionGateway
@@ -185,6 +186,8 @@ async def start() -> None:
     """Fill the caches, then start the workers, the relister and (if asked) the election."""
     kube = Kube.connect(RUNTIME.kubeconfig)
     cfg = OperatorConfig.from_env()
+    if not cfg.api_server:
+        cfg = replace(cfg, api_server=await asyncio.to_thread(kube.api_server_endpoints))
     cluster_wide = not RUNTIME.namespaces
     RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods, cluster_wide)
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)

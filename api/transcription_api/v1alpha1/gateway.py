@@ -20,7 +20,7 @@ from ..schema import CrdModel, NamedByMetadata, Rule, broken, validations
 from .containers import FrontendImage, PodOverrides, PullPolicy, PullSecrets
 from .frontend import FrontendSpec
 from .observability import Tracing
-from .spec import ScalerFrom
+from .spec import Egress, ScalerFrom
 from .status import Condition, FrontendStatus
 
 GATEWAY_KIND = "TranscriptionGateway"
@@ -137,6 +137,7 @@ class GatewayNetworkPolicySpec(CrdModel):
         "the gateway's frontend through their own NetworkPolicy.",
     )
     scaler_from: ScalerFrom
+    egress: Egress
 
 
 GATEWAY_RULES: list[Rule[TranscriptionGatewaySpec]] = [

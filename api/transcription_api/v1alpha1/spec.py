@@ -21,6 +21,18 @@ MAX_POOLS = 8
 MAX_ALLOWED_GATEWAYS = 32
 RESERVED_POOL_NAMES = ("frontend", "routes", "scaler")
 
+# `networkPolicy.egress`, of a deployment and of a gateway alike.
+Egress = Annotated[
+    bool,
+    Field(
+        default=True,
+        description="Also limit what the pods may reach (egress NetworkPolicies): DNS; for "
+        "workers, the model hub (any address on 443) only with model.source hub; for the "
+        "frontend, the API server, its workers (a gateway's: those of the deployments it "
+        "routes) and its peers; the tracing endpoint when set. false: anything outbound, for "
+        "a CNI that does not enforce egress policies.",
+    ),
+]
 # `networkPolicy.scalerFrom`, of a deployment's frontend and of a gateway's alike.
 ScalerFrom = Annotated[
     list[KubeObject],
@@ -62,7 +74,7 @@ class AllowedGateway(CrdModel):
 
 class NetworkPolicySpec(CrdModel):
     """Who may reach the workers (the deployment's own frontend, and metrics scrapers) and
-    the frontend's internal ports (its peers, and KEDA)."""
+    the frontend's internal ports (its peers, and KEDA); what the pods may reach."""
 
     enabled: bool = Field(
         default=True,
@@ -81,6 +93,7 @@ class NetworkPolicySpec(CrdModel):
         "labelled app.kubernetes.io/name=prometheus in any namespace.",
     )
     scaler_from: ScalerFrom
+    egress: Egress
 
 
 def _family_rule(family: ModelFamily) -> Rule[TranscriptionDeploymentSpec]:

@@ -23,7 +23,12 @@ from .frontend import endpoint_url, frontend_deployment, frontend_service
 from .gateway import build_gateway, gateway_routes
 from .meta import Manifest
 from .monitoring import pod_monitor
-from .network import frontend_network_policy, worker_network_policy
+from .network import (
+    frontend_egress_policy,
+    frontend_network_policy,
+    worker_egress_policy,
+    worker_network_policy,
+)
 from .pods import pod_disruption_budget, resource_requirements
 from .rbac import frontend_rbac, gateways_rbac
 from .routes import route_table, routes_configmap
@@ -80,10 +85,14 @@ def build(
             )
     if own and td.spec.frontend.replicas > 1:
         out.append(pod_disruption_budget(td, frontend_name(td), "frontend", None))
-    if td.spec.network_policy.enabled:
+    policy = td.spec.network_policy
+    if policy.enabled:
         out.append(worker_network_policy(td, routed_by))
+        out += [worker_egress_policy(td)] if policy.egress else []
         if own:
             out.append(frontend_network_policy(td))
+            if policy.egress:
+                out.append(frontend_egress_policy(td, cfg, [(td.namespace, td.name)]))
     if td.spec.monitoring.pod_monitor:
         out.append(pod_monitor(td))
     return out

@@ -14,6 +14,7 @@ from transcription_api.frontend import (
     FrontendSettings,
 )
 from transcription_api.routes import ROUTES_KEY
+from transcription_api.telemetry import telemetry_env
 
 from ..config import FRONTEND_IMAGE, OperatorConfig
 from ..names import frontend_name, frontend_service_name, routes_name, selector
@@ -100,7 +101,13 @@ def frontend_deployment(owner: Fronted, cfg: OperatorConfig, scaler: bool = Fals
         "image": image_for(owner, cfg, FRONTEND_IMAGE),
         "imagePullPolicy": owner.spec.images.pull_policy or cfg.pull_policy,
         "args": ["--routes", f"{ROUTES_MOUNT}/{ROUTES_KEY}"],
-        "env": [{"name": SETTINGS_ENV, "value": settings.to_env()}, *identity, *traced],
+        # Telemetry off; the frontend never downloads weights: no request to the hub at all.
+        "env": [
+            {"name": SETTINGS_ENV, "value": settings.to_env()},
+            *identity,
+            *traced,
+            *telemetry_env(offline=True),
+        ],
         "ports": ports,
         "resources": resource_requirements(fe.resources),
         "volumeMounts": mounts,

@@ -14,7 +14,7 @@ from ..plan import plan
 from ..selection import Selection
 from .frontend import frontend_deployment, frontend_service
 from .meta import Manifest
-from .network import frontend_network_policy
+from .network import frontend_egress_policy, frontend_network_policy
 from .pods import pod_disruption_budget
 from .rbac import frontend_rbac
 from .routes import gateway_table, routes_configmap
@@ -51,4 +51,7 @@ def build_gateway(
         out.append(pod_disruption_budget(gw, frontend_name(gw), "frontend", None))
     if gw.spec.network_policy.enabled:
         out.append(frontend_network_policy(gw))
+        if gw.spec.network_policy.egress:
+            routed = [(td.namespace, td.name) for td in selection.routed]
+            out.append(frontend_egress_policy(gw, cfg, routed))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from transcription_api.capabilities import Engine
+from transcription_api.telemetry import telemetry_env
 from transcription_api.units import cpu_threads
 from transcription_api.v1alpha1 import TranscriptionDeployment, WeightsSource
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
@@ -106,17 +107,22 @@ def worker_deployment(
     td: TranscriptionDeployment, pool: PlannedPool, cfg: OperatorConfig
 ) -> Manifest:
     p = pool.spec
+    own = [e.model_dump(by_alias=True, exclude_none=True) for e in p.env]
+    taken = {e["name"] for e in own}
+    # Telemetry off; no request to the hub at all unless the weights come from it. A
+    # variable the pool's own `env` sets is left to it.
+    quiet = telemetry_env(offline=td.spec.model.source != WeightsSource.HUB)
     env: list[dict[str, Any]] = [
         {"name": "TRANSCRIPTION_WORKER_SETTINGS", "value": worker_settings(td, pool).to_env()},
         {"name": "HF_HOME", "value": CACHE_DIR},
         {"name": "HOME", "value": "/tmp"},
+        *(e for e in quiet if e["name"] not in taken),
     ]
     if td.spec.model.hub_token_secret:
         ref = td.spec.model.hub_token_secret
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )
-    own = [e.model_dump(by_alias=True, exclude_none=True) for e in p.env]
     if pool.engine == Engine.VLLM:  # vLLM traces (--otlp-traces-endpoint, worker_settings)
         name = pool_object_name(td, pool.name)
         env += tracing_env(td, name, {"k8s.deployment.name": name, "transcription.pool": pool.name,
