@@ -7,6 +7,7 @@ connections is a benchmark (`python -m bench hostile`), not a timed test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 
 from testkit.audio import tone_wav
 from testkit.processes import frontend
 from testkit.rawhttp import answer, connect, response, sent_until_closed
+from testkit.realtime import refusal
 from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import FrontendLimits
@@ -178,6 +181,45 @@ def test_a_bad_key_is_401_never_500(gateway: str) -> None:
     for key in ("Bearer é".encode(), b"Bearer \xff\xfe", b"Bearer # the team's key", b"Bearer"):
         r = httpx.get(f"{gateway}/v1/models", headers={"authorization": key})
         assert r.status_code == 401, (key, r.text)
+    still_serving(gateway)
+
+
+TWO_KEYS = [  # one good and one bad, in both orders, and the good one twice
+    [("authorization", "Bearer k-good"), ("authorization", "Bearer k-bad")],
+    [("authorization", "Bearer k-bad"), ("authorization", "Bearer k-good")],
+    [("authorization", "Bearer k-good"), ("Authorization", "Bearer k-good")],
+]
+
+
+def test_two_authorization_headers_are_401_on_every_http_path(gateway: str) -> None:
+    """Issue 37, finding 7: which header counts would be a guess, so neither does."""
+    for headers in TWO_KEYS:
+        for r in (
+            httpx.get(f"{gateway}/v1/models", headers=headers),
+            httpx.post(f"{gateway}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                       files={"file": ("a.wav", WAV)}, headers=headers),
+            httpx.post(f"{gateway}/v1/chat/completions", json={"model": "whisper-1"},
+                       headers=headers),
+        ):  # fmt: skip
+            assert r.status_code == 401, (headers, r.request.url, r.text)
+            e = r.json()["error"]
+            assert e["code"] == "duplicate_authorization" and "2 `Authorization`" in e["message"]
+    still_serving(gateway)
+
+
+def test_two_authorization_headers_refuse_the_websocket_upgrade(gateway: str) -> None:
+    """The same rule before the realtime upgrade: 401 in OpenAI's shape, no session; one
+    good header then opens one."""
+    url = gateway.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    for headers in TWO_KEYS:
+        status, _, body = refusal(url, additional_headers=headers)
+        assert status == 401 and body["error"]["code"] == "duplicate_authorization", body
+
+    async def session() -> str:
+        async with websockets.connect(url, additional_headers=KEY) as ws:
+            return str(json.loads(await ws.recv())["type"])
+
+    assert asyncio.run(session()) == "session.created"
     still_serving(gateway)
 
 

@@ -28,8 +28,10 @@ from testkit.frontend import (
 )
 from testkit.host import free_port
 from testkit.standins import Behaviour, Running, serve, transformers_app
+from transcription_api.errors import APIError
 from transcription_api.multipart import parse_upload
 from transcription_api.routes import RouteTable
+from transcription_frontend.auth import authorization
 
 
 def form(boundary: str = "b", close: bool = True) -> bytes:
@@ -345,6 +347,16 @@ def test_the_load_report_is_off_the_public_port_and_peers_read_it_there(
         assert_still_serving(fe)
     finally:
         fe.running.stop()
+
+
+def test_one_authorization_header_is_read_and_several_are_refused() -> None:
+    assert authorization([(b"host", b"x")]) is None
+    assert authorization([(b"authorization", "Bearer k-é".encode("latin-1"))]) == "Bearer k-é"
+    for twice in ([(b"authorization", b"Bearer a")] * 2,
+                  [(b"authorization", b"Bearer a"), (b"host", b"x"), (b"Authorization", b"")]):  # fmt: skip
+        with pytest.raises(APIError) as e:
+            authorization(twice)
+        assert (e.value.status, e.value.code) == (401, "duplicate_authorization")
 
 
 def test_a_key_problem_is_told_once_per_new_problem(tmp_path: Path) -> None:

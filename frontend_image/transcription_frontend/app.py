@@ -23,7 +23,7 @@ from transcription_api.errors import APIError
 from transcription_api.openai import ModelCard, ModelList
 
 from . import chat, errors, load
-from .auth import may_use
+from .auth import authorization, may_use
 from .gateway import Gateway
 from .limits import Guard
 from .openapi import document_audio_routes
@@ -66,7 +66,7 @@ def create_app(gateway: Gateway) -> ASGIApp:
         """Every name of every deployment routed here that the key (and its tenant) may use,
         owned by its deployment (`<namespace>/<name>`; a deployment's own frontend: the
         operator)."""
-        caller = gateway.caller(request.headers.get("authorization"))
+        caller = gateway.caller(authorization(request.scope["headers"]))
         catalog = gateway.router.catalog
         return ModelList(
             data=[

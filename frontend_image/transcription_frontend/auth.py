@@ -11,8 +11,10 @@ The key file (UTF-8, a leading BOM is ignored), one key per line:
 
 Blank lines and lines starting with `#` are ignored. A key belongs to at most one tenant
 (`group=`, anywhere after the key); one naming a tenant that is not declared is refused
-with 403 (tenants.py). Keys are compared as bytes, in
-constant time, with every accepted key. A key file that is configured but missing,
+with 403 (tenants.py). Keys are compared as bytes, in constant time, with every accepted
+key. A request (or WebSocket upgrade) with more than one `Authorization` header is refused
+with 401 `duplicate_authorization`, keys or not: which of them counts would be a guess, and
+two readers could guess differently. A key file that is configured but missing,
 unreadable or without a key never opens the gateway: it is not ready (`/ready` answers
 503 with the reason, logged once), and requests that need a key get 503 until the file
 has keys. Once keys were read, a failed re-read (the Secret being swapped) keeps them.
@@ -25,7 +27,7 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -70,6 +72,20 @@ def parse_keys(text: str) -> list[Key]:
         keys.append(Key(secret.encode("utf-8"), frozenset(models) if models else None,
                         ",".join(groups) if groups else None))  # fmt: skip
     return keys
+
+
+def authorization(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The request's `Authorization` header (ASGI's raw headers; None: it has none), as
+    latin-1 text; 401 if it has several (HTTP and the realtime WebSocket alike)."""
+    values = [v for k, v in headers if k.lower() == b"authorization"]
+    if len(values) > 1:
+        raise APIError(
+            401,
+            f"The request has {len(values)} `Authorization` headers; send exactly one: "
+            "`Authorization: Bearer <key>`.",
+            code="duplicate_authorization",
+        )
+    return values[0].decode("latin-1") if values else None
 
 
 class ApiKeys:

@@ -52,7 +52,7 @@ async def complete(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> N
 
 async def _pipeline(ex: Exchange) -> None:
     headers = Request(ex.scope).headers
-    caller = ex.identify(headers.get("authorization"))
+    caller = ex.identify()
     catalog = ex.gw.router.catalog
     # No pool can chat: refused before a byte of the body is read (it can be tens of MB).
     chat = frozenset({Capability.CHAT})

@@ -55,6 +55,7 @@ from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
 from .adapters import Adapter, able, adapter
+from .auth import authorization
 from .disconnect import cancel_on_disconnect
 from .errors import internal_error
 from .forward import Body, WorkerAnswer
@@ -96,9 +97,9 @@ class Exchange:
     caller: Caller | None = None
     charge: Charge | None = None
 
-    def identify(self, authorization: str | None) -> Caller:
-        """Step 1: the key and its tenant (`Gateway.caller`)."""
-        self.caller = self.gw.caller(authorization)
+    def identify(self) -> Caller:
+        """Step 1: the key (its one `Authorization` header) and its tenant (`Gateway.caller`)."""
+        self.caller = self.gw.caller(authorization(self.scope["headers"]))
         if self.caller.key is not None:
             self.obs.key = self.caller.key.label
         return self.caller
@@ -195,7 +196,7 @@ async def run(
 
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     headers = Request(ex.scope).headers
-    caller = ex.identify(headers.get("authorization"))
+    caller = ex.identify()
     catalog = ex.gw.router.catalog  # one route table for the whole request, reloads aside
     limit = catalog.max_upload_bytes
     tracer = ex.gw.tracer

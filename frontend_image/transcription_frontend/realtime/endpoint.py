@@ -1,12 +1,12 @@
 """`GET /v1/realtime?intent=transcription`: OpenAI's Realtime API in transcription mode, a
 WebSocket on the gateway's own port.
 
-Before the upgrade: the intent, the API key (`Authorization: Bearer`, or the
-`openai-insecure-api-key.<key>` subprotocol browsers send) and its tenant (a quota of 0:
-429), the model in the query if any, and the replica's session limit. A refusal is an HTTP
-answer in OpenAI's error shape (401, 403, 404, 400, 429, 503 with `Retry-After`), which the
-SDK raises as it does for HTTP. Each turn is charged to the tenant's quota as it is
-transcribed (turns.py).
+Before the upgrade: the intent, the API key (one `Authorization: Bearer` header, as on
+HTTP, or the `openai-insecure-api-key.<key>` subprotocol browsers send) and its tenant (a
+quota of 0: 429), the model in the query if any, and the replica's session limit. A
+refusal is an HTTP answer in OpenAI's error shape (401, 403, 404, 400, 429, 503 with
+`Retry-After`), which the SDK raises as it does for HTTP. Each turn is charged to the
+tenant's quota as it is transcribed (turns.py).
 
 After it: one Session (session.py), fed one client event at a time. A bad event gets an
 `error` event naming the field, and the session lives on. The session ends when the client
@@ -33,6 +33,7 @@ from transcription_api.errors import APIError
 from transcription_api.realtime import ErrorBody, ErrorEvent, EventError, parse_client_event
 
 from .. import metrics
+from ..auth import authorization
 from ..gateway import Gateway
 from .sessions import Sessions
 
@@ -50,11 +51,13 @@ async def serve(
 ) -> None:
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     protocols: list[str] = list(scope.get("subprotocols") or [])
-    header = dict(scope["headers"]).get(b"authorization")
-    for p in protocols:
-        if p.startswith(KEY_PROTOCOL):
-            header = b"Bearer " + p[len(KEY_PROTOCOL) :].encode("latin-1")
-    reason, error = _check(gw, sessions, query, header)
+    error: APIError | None
+    try:
+        header = _credentials(scope["headers"], protocols)
+    except APIError as e:  # several Authorization headers
+        header, reason, error = None, "key", e
+    else:
+        reason, error = _check(gw, sessions, query, header)
     if error is not None:
         metrics.REALTIME_REFUSED.labels(reason=reason).inc()
         await refuse(scope, send, error)
@@ -93,6 +96,16 @@ async def serve(
         if code and ws.client_state == WebSocketState.CONNECTED:
             async with lock:
                 await ws.close(code)
+
+
+def _credentials(headers: list[tuple[bytes, bytes]], protocols: list[str]) -> bytes | None:
+    """The upgrade's key: its `Authorization` header (one at most: HTTP's rule), or the
+    subprotocol browsers send it in."""
+    header = authorization(headers)
+    for p in protocols:
+        if p.startswith(KEY_PROTOCOL):
+            header = "Bearer " + p[len(KEY_PROTOCOL) :]
+    return header.encode("latin-1") if header is not None else None
 
 
 def _check(
