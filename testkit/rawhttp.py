@@ -4,6 +4,7 @@ read what the server answered until it closed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -60,3 +61,24 @@ def parse(data: bytes) -> tuple[int, dict[str, str], Any]:
         {k.lower(): v for k, v in headers.items()},
         json.loads(body),
     )
+
+
+def trickle(s: socket.socket, chunks: Iterable[bytes], pause: float) -> bytes:
+    """Send the chunks `pause` seconds apart until the server answers (or closes, or they
+    run out): what it sent by then, and until it closed or went quiet for a second."""
+    data = b""
+    s.settimeout(pause or 0.01)
+    try:
+        for chunk in chunks:
+            s.sendall(chunk)
+            with contextlib.suppress(TimeoutError):
+                data = s.recv(65536)
+                if not data:
+                    return data
+                break
+        s.settimeout(1)
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:  # a reset, or a second without a byte
+        pass
+    return data

@@ -80,6 +80,13 @@ class FrontendLimits(CrdModel):
         description="Bytes/s a body must average once `bodyTimeoutSeconds` have passed "
         "(a rate, not a total: slow but honest uploads still get through); then 408.",
     )
+    body_deadline_bytes_per_second: int = Field(
+        default=16 * 1024, ge=0, le=1024**3,
+        description="A body must arrive whole within `bodyTimeoutSeconds` plus its declared "
+        "length (Content-Length; without one, the whole body's cap) at this many bytes/s, so "
+        "that the rate a large upload must keep grows with its size: 20 MB has about 21 "
+        "minutes, however steadily it trickles; then 408. 0: no such deadline.",
+    )  # fmt: skip
     idle_timeout_seconds: int = Field(
         default=5,
         ge=1,
@@ -99,6 +106,12 @@ class FrontendLimits(CrdModel):
         description="Requests in flight per frontend replica; more get 503 with Retry-After "
         "(probes and metrics are exempt).",
     )
+    max_uploads_per_key: int = Field(
+        default=64, ge=1, le=100_000,
+        description="Requests whose body is still arriving, per API key (per client address "
+        "without API keys) per frontend replica, so that one key's slow uploads cannot hold "
+        "every one of `maxConcurrency`'s slots; more: 429 with Retry-After.",
+    )  # fmt: skip
     max_connections: int = Field(
         default=2048, ge=1, le=1_000_000,
         description="Open connections per frontend replica (WebSockets count against "

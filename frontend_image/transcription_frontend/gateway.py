@@ -23,6 +23,7 @@ from .discovery import SliceIndex, SliceWatches, TableWatcher
 from .events import KEYS_UNAVAILABLE, UNKNOWN_TENANT, PodEvents
 from .forward import Forwarder, new_session
 from .hold import Holds
+from .limits import Uploads
 from .load import Load, serve_internal
 from .quota import Quotas
 from .realtime.sessions import Sessions
@@ -56,6 +57,7 @@ class Gateway:
                             self.tenants.keys_read)  # fmt: skip
         self.holds = Holds(self.router, s.hold)
         self.sessions = Sessions(s.limits)  # realtime (realtime/)
+        self.uploads = Uploads(s.limits)  # bodies still arriving, per key
         self.work = Work()  # audio-seconds, for autoscaling
         self.load = Load(self.router, self.holds, self.sessions, self.work, s.internal_port)
         # Each replica enforces its share of each quota: the ready replicas it knows.

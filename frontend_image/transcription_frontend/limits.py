@@ -9,13 +9,22 @@ requests in flight per process (more: 503 with `Retry-After`; probes and metrics
 exempt), a cap on the whole body, and a body read timeout by byte rate
 (`body_timeout_seconds` without a byte, or an average below `body_min_bytes_per_second` once
 `body_timeout_seconds` have passed): slow but honest uploads over bad links still get
-through.
+through. A steady trickle just above that floor would hold its slot for hours (issue 37), so
+a body must also arrive whole by a deadline that grows with its declared length
+(`body_deadline`).
+
+Slots are shared, and one key's slow uploads must not hold them all: `Uploads` counts the
+requests whose body is still arriving per key (per client address without keys) and
+refuses more than `max_uploads_per_key` with 429. The pipelines count them once the key is
+known, before they read the body.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -54,25 +63,40 @@ class Guard:
             return
         self.in_flight += 1
         try:
-            await self.app(scope, self._receive(receive), send)
+            await self.app(scope, self._receive(scope, receive), send)
         finally:
             self.in_flight -= 1
 
-    def _receive(self, receive: Receive) -> Receive:
+    def _receive(self, scope: Scope, receive: Receive) -> Receive:
         limits = self.limits
         cap = limits.max_body_bytes or self.body_cap()
         started = time.monotonic()
+        declared = content_length(scope)
+        deadline = body_deadline(declared, cap, limits)
         got = 0
         done = False
+
+        def late() -> APIError:
+            length = f"{declared} bytes" if declared is not None else f"up to {cap} bytes"
+            return _slow(
+                f"the request body ({length}) did not arrive whole within {deadline:.0f}s: "
+                f"bodyTimeoutSeconds ({limits.body_timeout_seconds:g}) plus its length at "
+                f"bodyDeadlineBytesPerSecond ({limits.body_deadline_bytes_per_second})"
+            )
 
         async def guarded() -> Message:
             nonlocal got, done
             if done:  # the body is whole: waiting for a disconnect is not reading it
                 return await receive()
-            try:
-                async with asyncio.timeout(limits.body_timeout_seconds):  # no task per chunk
+            left = deadline - (time.monotonic() - started)
+            if left <= 0:
+                raise late()
+            try:  # a timeout, not a task per chunk
+                async with asyncio.timeout(min(limits.body_timeout_seconds, left)):
                     message = await receive()
             except TimeoutError:
+                if time.monotonic() - started >= deadline:
+                    raise late() from None
                 raise _slow(
                     f"no byte of the request body for {limits.body_timeout_seconds:g}s"
                 ) from None
@@ -95,6 +119,66 @@ class Guard:
             return message
 
         return guarded
+
+
+class Uploads:
+    """Requests whose body is still arriving, per key (module docstring)."""
+
+    def __init__(self, limits: FrontendLimits) -> None:
+        self.limits = limits
+        self.by_key: Counter[str] = Counter()
+
+    def start(self, key: str, receive: Receive) -> tuple[Receive, Callable[[], None]]:
+        """Count an upload of `key` in (429 past the cap): its `receive`, which counts it
+        out once the body is whole, and the call that counts it out when the request ends
+        first (either, once)."""
+        cap = self.limits.max_uploads_per_key
+        if self.by_key[key] >= cap:
+            raise APIError(
+                429,
+                f"This API key (or client, without keys) has {cap} uploads in flight, its "
+                "limit (maxUploadsPerKey); retry when one has arrived.",
+                code="too_many_uploads",
+                headers={"Retry-After": "1"},
+            )
+        self.by_key[key] += 1
+        counted = True
+
+        def end() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self.by_key[key] -= 1
+                if not self.by_key[key]:
+                    del self.by_key[key]
+
+        async def counting() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                end()
+            return message
+
+        return counting, end
+
+
+def content_length(scope: Scope) -> int | None:
+    """The request's declared body length; None without one (or with one that is not a
+    number: the parser refuses it)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def body_deadline(declared: int | None, cap: int, limits: FrontendLimits) -> float:
+    """Seconds a body of `declared` bytes (None: up to `cap`) has to arrive whole:
+    `body_timeout_seconds` plus its length at `body_deadline_bytes_per_second` (inf when
+    that is 0), so that the average rate it must keep grows with its size."""
+    rate = limits.body_deadline_bytes_per_second
+    if not rate:
+        return math.inf
+    size = cap if declared is None else min(declared, cap)
+    return limits.body_timeout_seconds + size / rate
 
 
 def _slow(message: str) -> APIError:

@@ -96,12 +96,18 @@ class Exchange:
     ticket: Ticket
     caller: Caller | None = None
     charge: Charge | None = None
+    uploaded: Callable[[], None] = lambda: None  # counts its upload out (limits.Uploads)
 
     def identify(self) -> Caller:
-        """Step 1: the key (its one `Authorization` header) and its tenant (`Gateway.caller`)."""
+        """Step 1: the key (its one `Authorization` header) and its tenant (`Gateway.caller`);
+        a client's upload is counted against its key's (or address's) cap until it arrives."""
         self.caller = self.gw.caller(authorization(self.scope["headers"]))
         if self.caller.key is not None:
             self.obs.key = self.caller.key.label
+        if kind(self.scope) is None:
+            key, client = self.caller.key, self.scope.get("client")
+            who = f"key {key.label}" if key else f"client {client[0] if client else ''}"
+            self.receive, self.uploaded = self.gw.uploads.start(who, self.receive)
         return self.caller
 
     def charged(self, seconds: float) -> None:
@@ -184,6 +190,7 @@ async def run(
             if not started:  # once a stream has begun, its own error event told the client
                 await Reply.error(error).send(send)
         finally:
+            ex.uploaded()
             obs.done()
             ticket.close()
             if ex.charge is not None:  # refunded whole unless answered 200
