@@ -1,10 +1,13 @@
-"""python -m bench [frontend|gateway|hostile|worker|worker-settings|keywords|realtime|
+"""python -m bench [frontend|gateway|hostile|hostile-slots|worker|worker-settings|keywords|realtime|
 realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+# Parts of a benchmark that run alone: name -> (module, function).
+PARTS = {"hostile-slots": ("hostile", "run_slots")}
 
 
 def main() -> int:
@@ -17,6 +20,7 @@ def main() -> int:
             "frontend",
             "gateway",
             "hostile",
+            "hostile-slots",
             "worker",
             "worker-settings",
             "keywords",
@@ -38,8 +42,9 @@ def main() -> int:
         else [args.which]
     )
     for name in names:
-        module = __import__(f"bench.{name.replace('-', '_')}", fromlist=["run"])
-        module.run(quick=args.quick)
+        module_name, function = PARTS.get(name, (name, "run"))
+        module = __import__(f"bench.{module_name.replace('-', '_')}", fromlist=[function])
+        getattr(module, function)(quick=args.quick)
     return 0
 
 

@@ -20,6 +20,14 @@ as the gateway answers or cuts it off, for `seconds` again:
 - spread over eight addresses (127.0.0.10-17, 263 each, within their share): together past
   `maxConnections`, so a good client beyond it is refused, with 503 and `Retry-After` in
   OpenAI's shape (before: uvicorn's plain text, and resets).
+
+Then slot exhaustion (issue 37, finding 5; alone: `python -m bench hostile-slots`), on a
+frontend with API keys: 260 uploads from one key, each declaring 20 MB and sending 1.3 kB
+a second (above the 1 kB/s minimum rate), each reopened as soon as the gateway answers it,
+while another key sends a good request every 0.25 s. Before `maxUploadsPerKey` they held
+all 256 request slots for hours and every good request failed; now the key holds its 64,
+the rest get 429 with `Retry-After`, and each held upload is cut by its deadline
+(`bodyDeadlineBytesPerSecond`: about 21 minutes for 20 MB, past the run).
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from typing import Any
 import httpx
 
 from testkit.audio import tone_wav
+from transcription_api.frontend import FrontendLimits
+from transcription_frontend.limits import body_deadline
 
 from .common import RESULTS, Proc, T, frontend_proc, pct, say, table, write
 from .frontend import routes, worker
@@ -44,6 +54,9 @@ BASE = 18760
 LIMIT_MIB = 512  # spec.frontend.resources' default memory limit
 CONNECTIONS = 100
 EXHAUSTING = 2100  # connections of the exhaustion scenarios (the finding: past 2,048)
+SLOW_UPLOADS = 260  # uploads of the slot exhaustion scenario (the finding: past 256 slots)
+SLOW_RATE = 1300  # bytes/s each sends (the finding's 1.3 kB/s)
+ATTACKER, GOOD_KEY = "k-attacker", "k-good"
 GOOD_CLIENT = "127.0.0.2"
 
 
@@ -146,14 +159,16 @@ def _exhaust(port: int, sources: list[str], stop: threading.Event,
 
 
 def _good_requests(url: str, wav: bytes, seconds: float, source: str = "127.0.0.1",
-                   refused: Counter[str] | None = None) -> tuple[list[float], Counter[str]]:  # fmt: skip
-    """A good transcription every 0.25 s for `seconds`: the latencies of those served, and
-    how the others failed (a 503 counted by its error code and whether it had Retry-After)."""
+                   key: str | None = None) -> tuple[list[float], Counter[str]]:  # fmt: skip
+    """A good transcription every 0.25 s for `seconds` (with `key`, if any): the latencies
+    of those served, and how the others failed (a refusal counted by its error code and
+    whether it had Retry-After)."""
     good: list[float] = []
     failed: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
     transport = httpx.HTTPTransport(local_address=source)
-    with httpx.Client(timeout=30, transport=transport) as c:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(timeout=30, transport=transport, headers=headers) as c:
         while time.monotonic() < deadline:
             t0 = time.perf_counter()
             try:
@@ -217,6 +232,131 @@ def exhaustion(
     }
 
 
+async def _slow_upload(port: int, stop: threading.Event, held: list[int],
+                       outcomes: Counter[str]) -> None:  # fmt: skip
+    """One upload at a time from ATTACKER, declaring 20 MB and sending SLOW_RATE bytes a
+    second, reopened as soon as the gateway answers it; how each was answered is counted,
+    and `held[0]` those still sending after a second without an answer (in their slot)."""
+    head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+            b"Authorization: Bearer " + ATTACKER.encode() + b"\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 20000000\r\n\r\n"
+            b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
+            b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF')  # fmt: skip
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            outcomes["connect failed"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        data = b""
+        holding = False
+        try:
+            writer.write(head)
+            while not stop.is_set() and not data:
+                writer.write(b"\x00" * SLOW_RATE)
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), 1.0)
+                except TimeoutError:
+                    if not holding:  # no answer within a second: it holds a slot
+                        holding = True
+                        held[0] += 1
+                    continue
+                if not data:
+                    break
+        except OSError:
+            outcomes["reset"] += 1
+            continue
+        finally:
+            if holding:
+                held[0] -= 1
+            writer.close()
+        if not stop.is_set():
+            outcomes[_status(data) if data else "closed"] += 1
+            await asyncio.sleep(0.5)  # then again
+
+
+def slots(seconds: float) -> dict[str, Any]:
+    """SLOW_UPLOADS slow uploads from one key while another key's good requests come, on a
+    frontend of its own (default limits, API keys)."""
+    RESULTS.mkdir(exist_ok=True)
+    keys = RESULTS / "keys-hostile"
+    keys.write_text(f"{ATTACKER}\n{GOOD_KEY}\n")
+    port = BASE + 2
+    procs: list[Proc] = []
+    try:
+        w = worker(BASE + 3)
+        procs.append(w)
+        rf = routes(RESULTS / "routes-hostile-slots.json",
+                    {"batch": [f"http://127.0.0.1:{BASE + 3}"]})  # fmt: skip
+        fe = frontend_proc(rf, port, f"hostile-slots-{port}", api_keys_path=keys)
+        procs.append(fe)
+        url = f"http://127.0.0.1:{port}"
+        wav = tone_wav(0.5)
+        _good_requests(url, wav, 0.1, key=GOOD_KEY)  # warm
+
+        def during() -> tuple[list[float], Counter[str], Counter[str], int]:
+            stop = threading.Event()
+            outcomes: Counter[str] = Counter()
+            held = [0]
+
+            async def all_of_them() -> None:
+                await asyncio.gather(*(_slow_upload(port, stop, held, outcomes)
+                                       for _ in range(SLOW_UPLOADS)))  # fmt: skip
+
+            thread = threading.Thread(target=asyncio.run, args=(all_of_them(),))
+            thread.start()
+            try:
+                time.sleep(min(5.0, seconds / 4))  # every upload under way
+                good, failed = _good_requests(url, wav, seconds, key=GOOD_KEY)
+                most = held[0]
+            finally:
+                stop.set()
+                thread.join(timeout=30)
+            return good, failed, outcomes, most
+
+        (good, failed, outcomes, most), rss = _sampled(fe, during)
+    finally:
+        for p in procs:
+            p.stop()
+    limits = FrontendLimits()
+    cap = 26_214_400 + 1024**2  # the route table's upload limit and the body's overhead
+    return {
+        "uploads": SLOW_UPLOADS,
+        "bytes_per_second": SLOW_RATE,
+        "seconds": seconds,
+        **rss,
+        "uploads_open_at_end": most,
+        "upload_deadline_seconds": round(body_deadline(20_000_000, cap, limits)),
+        "hostile_outcomes": dict(sorted(outcomes.items())),
+        "good_served": len(good),
+        "good_failed": dict(failed),
+        "good_p50_ms": pct(good, 50) * 1000 if good else None,
+    }
+
+
+def slots_table(r: dict[str, Any]) -> None:
+    table(f"Slot exhaustion: {r['uploads']} uploads of 20 MB at {r['bytes_per_second']} B/s "
+          f"from one key ({r['seconds']:g}s, default limits), good requests from another key",
+          ["RSS before MiB", "peak MiB", "after MiB", "uploads open", "good served",
+           "good failed", "good p50 ms", "upload cut after s"],
+          [[r["rss_before_mib"], r["rss_peak_mib"], r["rss_after_mib"], r["uploads_open_at_end"],
+            r["good_served"], ", ".join(f"{k}: {v}" for k, v in r["good_failed"].items()) or 0,
+            r["good_p50_ms"], r["upload_deadline_seconds"]]])  # fmt: skip
+    table("How the slow uploads were answered", ["answer", "count"],
+          [[k, v] for k, v in r["hostile_outcomes"].items()])  # fmt: skip
+
+
+def run_slots(quick: bool = False) -> dict[str, Any]:
+    """The slot exhaustion scenario alone (`python -m bench hostile-slots`)."""
+    seconds = 15.0 if quick else 40.0
+    say(f"{SLOW_UPLOADS} slow uploads from one key for {seconds:g}s, good requests from another")
+    result = slots(seconds)
+    slots_table(result)
+    write("hostile-slots", result)
+    return result
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 15.0 if quick else 40.0
     procs: list[Proc] = []
@@ -256,6 +396,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     finally:
         for p in procs:
             p.stop()
+    say(f"{SLOW_UPLOADS} slow uploads from one key, good requests from another")
+    slow = slots(seconds)
     peak = rss["rss_peak_mib"]
     result = {
         "connections": CONNECTIONS,
@@ -268,11 +410,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         "good_p99_ms": pct(good, 99) * 1000 if good else None,
         "exhaustion_one_client": one,
         "exhaustion_eight_clients": eight,
+        "slot_exhaustion": slow,
         "targets": {
             f"peak_under_{LIMIT_MIB}mib": max(peak, one["rss_peak_mib"], eight["rss_peak_mib"])
             < LIMIT_MIB,
             "every_good_request_served": bool(good) and not failed,
             "one_client_cannot_deny_another": bool(one["good_served"]) and not one["good_failed"],
+            "one_key_cannot_take_every_slot": bool(slow["good_served"]) and not slow["good_failed"],
             "refusals_are_503_with_retry_after": all(
                 k.startswith("503 too_many_connections, Retry-After") for k in eight["good_failed"]
             ),
@@ -293,5 +437,6 @@ def run(quick: bool = False) -> dict[str, Any]:
             r["good_p50_ms"]] for r in (one, eight)])  # fmt: skip
     table("How the exhausting connections were answered", ["clients", "answer", "count"],
           [[r["clients"], k, v] for r in (one, eight) for k, v in r["hostile_outcomes"].items()])  # fmt: skip
+    slots_table(slow)
     write("hostile", result)
     return result
