@@ -31,9 +31,9 @@ from transcription_frontend.limits import Uploads, body_deadline, content_length
 NAMES = ["whisper-large-v3", "whisper-1"]
 WAV = tone_wav(0.3)
 PER_KEY = 2
-RATE = 100_000  # bytes/s a body must keep over its whole length, after 3 s
+RATE = 100_000  # bytes/s a body must keep over its whole length, after 5 s
 LIMITS = FrontendLimits(max_uploads_per_key=PER_KEY, body_deadline_bytes_per_second=RATE,
-                        body_timeout_seconds=3, body_min_bytes_per_second=1000,
+                        body_timeout_seconds=5, body_min_bytes_per_second=1000,
                         max_body_bytes=2_000_000, drain_seconds=2, idle_timeout_seconds=1)  # fmt: skip
 FORM_HEAD = (b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n'
              b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n')  # fmt: skip
@@ -128,7 +128,7 @@ def test_a_steady_trickle_above_the_minimum_rate_is_cut_by_its_lengths_deadline(
     worker: Running, tmp_path: Path
 ) -> None:
     """20 kB/s, twenty times the minimum rate: a small upload at that rate is served, but a
-    declared 500 kB must arrive within 3 + 5 s, and is cut then with 408 naming the limit
+    declared 500 kB must arrive within 5 + 5 s, and is cut then with 408 naming the limit
     (before: it would have taken 25 s, all that time in its slot)."""
     with gateway(worker, tmp_path) as url:
         body = FORM_HEAD + WAV + b"\r\n--b--\r\n"
@@ -143,9 +143,9 @@ def test_a_steady_trickle_above_the_minimum_rate_is_cut_by_its_lengths_deadline(
             took = time.monotonic() - started
         status, _, answer = parse(data)
         assert status == 408 and answer["error"]["code"] == "body_timeout", data
-        assert "within 8s" in answer["error"]["message"]
+        assert "within 10s" in answer["error"]["message"]
         assert "bodyDeadlineBytesPerSecond (100000)" in answer["error"]["message"]
-        assert 7 < took < 11, took
+        assert 9 < took < 14, took
         assert transcribe(url, "k-a").status_code == 200
 
 

@@ -1,7 +1,8 @@
 """The request pipeline of `POST /v1/audio/{transcriptions,translations}`, top to bottom.
 
   1. key        the API key, if keys are configured, and its tenant       (auth.py,
-                                                                          tenants.py)
+                (one `Authorization` header); the upload is counted       tenants.py,
+                against its key's cap until its body has arrived          limits.py)
   2. upload     the multipart body, streamed and spooled, within the limit (multipart)
   3. request    the form's options, validated into one typed model        (params)
   4. model      the name or alias, resolved to its deployment's route     (catalog.py)
