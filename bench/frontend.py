@@ -68,8 +68,9 @@ def post(client: httpx.Client, url: str, audio: bytes, fmt: str = "json") -> flo
     return time.perf_counter() - t
 
 
-def first_event(client: httpx.Client, url: str, audio: bytes) -> float:
-    """Seconds until a stream's first event has arrived (the stream is then read to its end)."""
+def first_event(client: httpx.Client, url: str, audio: bytes, last: bool = False) -> float:
+    """Seconds until a stream's first event has arrived (the stream is then read to its end);
+    `last`: until its last has."""
     t, first = time.perf_counter(), None
     with client.stream("POST", f"{url}/v1/audio/transcriptions",
                        data={"model": "whisper-1", "stream": "true"},
@@ -79,15 +80,16 @@ def first_event(client: httpx.Client, url: str, audio: bytes) -> float:
             if first is None and b"data:" in chunk:
                 first = time.perf_counter() - t
     assert first is not None
-    return first
+    return time.perf_counter() - t if last else first
 
 
 Timed = Callable[[httpx.Client, str], float]
 
 
-def paired(direct: str, via: str, n: int, on_direct: Timed, on_via: Timed) -> dict[str, Any]:
-    """The same request direct and through the gateway, interleaved: p50/p99 of each and of
-    the difference."""
+def paired(direct: str, via: str, n: int, on_direct: Timed, on_via: Timed,
+           labels: tuple[str, str] = ("direct", "frontend")) -> dict[str, Any]:  # fmt: skip
+    """The same request direct and through the gateway (or on any two paths, named by
+    `labels`), interleaved: p50/p99 of each and of the difference."""
     d, v = [], []
     with httpx.Client(timeout=120) as c:
         for _ in range(min(50, n)):  # warm up both paths
@@ -98,10 +100,10 @@ def paired(direct: str, via: str, n: int, on_direct: Timed, on_via: Timed) -> di
     added = sorted(b - a for a, b in zip(d, v, strict=True))
     return {
         "requests": n,
-        "direct_p50_ms": pct(d, 50) * 1000,
-        "direct_p99_ms": pct(d, 99) * 1000,
-        "frontend_p50_ms": pct(v, 50) * 1000,
-        "frontend_p99_ms": pct(v, 99) * 1000,
+        f"{labels[0]}_p50_ms": pct(d, 50) * 1000,
+        f"{labels[0]}_p99_ms": pct(d, 99) * 1000,
+        f"{labels[1]}_p50_ms": pct(v, 50) * 1000,
+        f"{labels[1]}_p99_ms": pct(v, 99) * 1000,
         "added_p50_ms": pct(added, 50) * 1000,
         "added_p99_ms": pct(added, 99) * 1000,
     }

@@ -12,6 +12,13 @@ and a good 0.5 s transcription is sent every 0.25 s. Reported: RSS before and at
 requests were served and how fast. Target: the peak stays under the frontend's default
 memory limit (512 MiB) and every good request is served.
 
+Realtime (issue 37): ten sessions at once, for `seconds`, each sending the largest append
+the default limits allow (`realtimeMaxAppendBytes`, 1 MiB: 21.8 s of 24 kHz PCM16 noise),
+half with server VAD (an append, then a clear, waited for), half with manual commits (two
+appends, a commit, its turn transcribed, waited for); then ten sessions that each send the
+append of the finding (10 MB of base64), which is not read (close 1009). Target: the peak
+stays under half the default memory limit (256 MiB), and good requests are all served.
+
 Then connection exhaustion (issue 37): 2,100 connections (past the default 2,048
 `maxConnections`) that keep sending partial headers, a byte a second, each reopened as soon
 as the gateway answers or cuts it off, for `seconds` again:
@@ -33,6 +40,8 @@ the rest get 429 with `Retry-After`, and each held upload is cut by its deadline
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import socket
 import threading
 import time
@@ -42,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+import websockets
 
 from testkit.audio import tone_wav
 from transcription_api.frontend import FrontendLimits
@@ -58,6 +69,8 @@ SLOW_UPLOADS = 260  # uploads of the slot exhaustion scenario (the finding: past
 SLOW_RATE = 1300  # bytes/s each sends (the finding's 1.3 kB/s)
 ATTACKER, GOOD_KEY = "k-attacker", "k-good"
 GOOD_CLIENT = "127.0.0.2"
+SESSIONS = 10  # realtime sessions of the append rows
+FINDING_APPEND = 10_000_000  # base64 characters of the finding's append
 
 
 def frontend(port: int, route_file: Path) -> Proc:
@@ -199,6 +212,127 @@ def _sampled(fe: Proc, during: Callable[[], T]) -> tuple[T, dict[str, float]]:
     rss = {"rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
            "rss_after_mib": fe.rss_kib() / 1024}  # fmt: skip
     return result, rss
+
+
+def _append(audio: str) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+
+
+async def _expect(ws: Any, kind: str) -> None:
+    while (event := json.loads(await asyncio.wait_for(ws.recv(), 120)))["type"] != kind:
+        if event["type"] == "error":
+            raise RuntimeError(event["error"]["message"])
+
+
+async def _appending(url: str, audio: str, manual: bool, stop: threading.Event,
+                     outcomes: Counter[str]) -> None:  # fmt: skip
+    """One session sending the largest appends until `stop`: with server VAD, each followed
+    by a clear; with manual commits, two then a commit whose turn is transcribed."""
+    try:
+        async with websockets.connect(url, max_size=None) as ws:
+            await _expect(ws, "session.created")
+            if manual:
+                await ws.send(json.dumps({"type": "session.update", "session": {
+                    "type": "transcription", "audio": {"input": {"turn_detection": None}}}}))  # fmt: skip
+                await _expect(ws, "session.updated")
+            while not stop.is_set():
+                if manual:
+                    await ws.send(_append(audio))
+                    await ws.send(_append(audio))
+                    await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+                    await _expect(ws, "conversation.item.done")
+                    outcomes["turn transcribed"] += 1
+                else:
+                    await ws.send(_append(audio))
+                    await ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+                    await _expect(ws, "input_audio_buffer.cleared")
+                    outcomes["append scored"] += 1
+    except (OSError, RuntimeError, TimeoutError, websockets.WebSocketException) as e:
+        outcomes[f"{type(e).__name__}: {e}"[:80]] += 1
+
+
+async def _finding_append(url: str, audio: str, outcomes: Counter[str]) -> None:
+    """One session sending the finding's append: how it was answered."""
+    try:
+        async with websockets.connect(url, max_size=None) as ws:
+            await _expect(ws, "session.created")
+            await ws.send(_append(audio))
+            event = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            outcomes[f"event {event['type']}: {event.get('error', {}).get('code')}"] += 1
+    except websockets.ConnectionClosed as e:
+        outcomes[f"closed {e.rcvd.code if e.rcvd else None}"] += 1
+
+
+def realtime(fe: Proc, url: str, wav: bytes, seconds: float) -> list[dict[str, Any]]:
+    """The realtime rows: SESSIONS sessions of the largest appends for `seconds` while good
+    requests are sent, then SESSIONS sessions of the finding's append."""
+    ws_url = url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    size = FrontendLimits().realtime_max_append_bytes
+    rng = np.random.default_rng(0)
+    noise = rng.integers(-3000, 3000, size // 2, dtype="<i2").tobytes()
+    largest = base64.b64encode(noise).decode()
+
+    async def warm() -> None:  # the realtime modules and the VAD loaded, one append scored
+        async with websockets.connect(ws_url, max_size=None) as ws:
+            await _expect(ws, "session.created")
+            await ws.send(_append(largest))
+            await ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+            await _expect(ws, "input_audio_buffer.cleared")
+
+    asyncio.run(warm())
+
+    def appending() -> tuple[list[float], Counter[str], Counter[str]]:
+        stop = threading.Event()
+        outcomes: Counter[str] = Counter()
+
+        async def sessions() -> None:
+            await asyncio.gather(*(_appending(ws_url, largest, i % 2 == 1, stop, outcomes)
+                                   for i in range(SESSIONS)))  # fmt: skip
+
+        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
+        thread.start()
+        try:
+            good, failed = _good_requests(url, wav, seconds)
+        finally:
+            stop.set()
+            thread.join(timeout=180)
+        return good, failed, outcomes
+
+    def finding() -> tuple[list[float], Counter[str], Counter[str]]:
+        outcomes: Counter[str] = Counter()
+        audio = "A" * FINDING_APPEND
+
+        async def sessions() -> None:
+            await asyncio.gather(*(_finding_append(ws_url, audio, outcomes)
+                                   for _ in range(SESSIONS)))  # fmt: skip
+
+        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
+        thread.start()
+        try:
+            good, failed = _good_requests(url, wav, min(seconds, 10.0))
+        finally:
+            thread.join(timeout=180)
+        return good, failed, outcomes
+
+    rows = []
+    for name, during in [(f"{SESSIONS} sessions appending the largest allowed appends "
+                          f"({size} bytes)", appending),
+                         (f"{SESSIONS} sessions sending the finding's {FINDING_APPEND // 10**6} "
+                          "MB append", finding)]:  # fmt: skip
+        (good, failed, outcomes), rss = _sampled(fe, during)
+        rows.append({"scenario": name, **rss, "outcomes": dict(sorted(outcomes.items())),
+                     "good_served": len(good), "good_failed": dict(failed),
+                     "good_p50_ms": pct(good, 50) * 1000 if good else None})  # fmt: skip
+    return rows
+
+
+def realtime_table(rows: list[dict[str, Any]]) -> None:
+    table("Realtime appends (default limits), a good request every 0.25 s",
+          ["realtime", "RSS before MiB", "peak MiB", "after MiB", "sessions' outcomes",
+           "good served", "good failed", "good p50 ms"],
+          [[r["scenario"], r["rss_before_mib"], r["rss_peak_mib"], r["rss_after_mib"],
+            ", ".join(f"{k}: {v}" for k, v in r["outcomes"].items()), r["good_served"],
+            sum(r["good_failed"].values()), r["good_p50_ms"]] for r in rows])  # fmt: skip
 
 
 def exhaustion(
@@ -390,6 +524,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                     t.join(timeout=10)
 
         (good, failed), rss = _sampled(fe, during)
+        say(f"{SESSIONS} realtime sessions of the largest appends, then of the finding's")
+        appends = realtime(fe, url, wav, seconds)
         say(f"{EXHAUSTING} partial-header connections from one client, then from eight")
         one = exhaustion(fe, url, wav, seconds, ["127.0.0.1"])
         eight = exhaustion(fe, url, wav, seconds, [f"127.0.0.{10 + i}" for i in range(8)])
@@ -408,13 +544,22 @@ def run(quick: bool = False) -> dict[str, Any]:
         "good_failed": dict(failed),
         "good_p50_ms": pct(good, 50) * 1000 if good else None,
         "good_p99_ms": pct(good, 99) * 1000 if good else None,
+        "realtime": appends,
         "exhaustion_one_client": one,
         "exhaustion_eight_clients": eight,
         "slot_exhaustion": slow,
         "targets": {
-            f"peak_under_{LIMIT_MIB}mib": max(peak, one["rss_peak_mib"], eight["rss_peak_mib"])
+            f"peak_under_{LIMIT_MIB}mib": max(
+                peak, one["rss_peak_mib"], eight["rss_peak_mib"], slow["rss_peak_mib"]
+            )
             < LIMIT_MIB,
             "every_good_request_served": bool(good) and not failed,
+            f"realtime_peak_under_{LIMIT_MIB // 2}mib": all(
+                r["rss_peak_mib"] < LIMIT_MIB / 2 for r in appends
+            ),
+            "realtime_good_requests_served": all(
+                r["good_served"] and not r["good_failed"] for r in appends
+            ),
             "one_client_cannot_deny_another": bool(one["good_served"]) and not one["good_failed"],
             "one_key_cannot_take_every_slot": bool(slow["good_served"]) and not slow["good_failed"],
             "refusals_are_503_with_retry_after": all(
@@ -428,6 +573,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             sum(failed.values()), result["good_p50_ms"], result["good_p99_ms"]]])  # fmt: skip
     table("How the hostile connections were answered", ["connection: answer", "count"],
           [[k, v] for k, v in result["hostile_outcomes"].items()])  # fmt: skip
+    realtime_table(appends)
     table(f"Connection exhaustion: {EXHAUSTING} partial-header connections ({seconds:g}s, "
           f"default limits), a good client at {GOOD_CLIENT}",
           ["clients", "RSS before MiB", "peak MiB", "after MiB", "good served", "good failed",

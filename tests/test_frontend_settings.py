@@ -155,7 +155,7 @@ def test_every_setting_reaches_the_part_of_the_gateway_that_uses_it(tmp_path: Pa
             (config.http.limits, limits),  # type: ignore[union-attr]
             (config.timeout_keep_alive, limits.idle_timeout_seconds),
             (config.limit_concurrency, None),  # the protocol counts connections, not uvicorn
-            (config.ws_max_size, 4096 * 4 // 3 + 64 * 1024),
+            (config.ws_max_size, 4096 * 8 // 3 + 64 * 1024),
             (guard.limits, limits),
             (gateway.sessions.limits, limits),  # realtime
         ],

@@ -21,7 +21,7 @@ from transcription_api.v1alpha1 import (
 )
 from transcription_operator.children import build, build_gateway, gateway_routes
 from transcription_operator.gateway_status import gateway_status
-from transcription_operator.names import GatewayRef
+from transcription_operator.names import INSTANCE_LABEL, NAMESPACE_NAME_LABEL, GatewayRef
 from transcription_operator.plan import plan
 from transcription_operator.selection import Invalid, Selection, select
 from transcription_operator.status import Observed, compute_status, routing_events, status_body
@@ -202,6 +202,7 @@ def test_a_deployment_without_its_own_frontend_has_only_workers() -> None:
     alone = td("a", frontend={"enabled": False})
     assert kinds(build(alone, CFG)) == {
         ("Service", "a-default"), ("Deployment", "a-default"), ("NetworkPolicy", "a-workers"),
+        ("NetworkPolicy", "a-workers-egress"),
     }  # fmt: skip
     policy = by_name(build(alone, CFG), "NetworkPolicy", "a-workers")
     # No frontend may reach the workers (an empty `from` would admit everyone): scrapers only.
@@ -274,7 +275,17 @@ def test_the_gateways_children_and_its_route_table() -> None:
         ("ServiceAccount", "gw-frontend"), ("Role", "gw-frontend"), ("RoleBinding", "gw-frontend"),
         ("ConfigMap", "gw-routes"), ("Service", "gw"), ("Service", "gw-scaler"),
         ("Deployment", "gw-frontend"), ("NetworkPolicy", "gw-frontend-internal"),
+        ("NetworkPolicy", "gw-frontend-egress"),
     }  # fmt: skip
+    # Outbound, the gateway's frontend reaches the workers of the deployments it routes.
+    egress = by_name(manifests, "NetworkPolicy", "gw-frontend-egress")["spec"]["egress"]
+    [to_workers] = [
+        r["to"] for r in egress if r.get("ports") == [{"protocol": "TCP", "port": 8000}]
+    ]
+    assert [
+        (t["namespaceSelector"]["matchLabels"], t["podSelector"]["matchLabels"][INSTANCE_LABEL])
+        for t in to_workers
+    ] == [({NAMESPACE_NAME_LABEL: "speech"}, "a"), ({NAMESPACE_NAME_LABEL: "speech"}, "b")]
     for m in manifests:
         assert m["metadata"]["ownerReferences"][0]["kind"] == "TranscriptionGateway"
     routes = Routes.model_validate_json(

@@ -288,6 +288,11 @@ def test_keys_apply_to_the_websocket_header_and_subprotocol(
         status, _, body = refusal(ws_url(fe, "intent=transcription&model=whisper-1"),
                                    additional_headers={"Authorization": "Bearer sk-scoped"})  # fmt: skip
         assert status == 403
+        # without a model: the one deployment's, which this key may not use either
+        status, _, body = refusal(
+            ws_url(fe), additional_headers={"Authorization": "Bearer sk-scoped"}
+        )
+        assert (status, body["error"]["code"]) == (403, "model_not_allowed")
 
         async def browser() -> str | None:  # the subprotocol browsers send
             protocols = ["realtime", "openai-insecure-api-key.sk-good"]

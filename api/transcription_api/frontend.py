@@ -153,9 +153,18 @@ class FrontendLimits(CrdModel):
         "event `session_idle_timeout` and a close.",
     )  # fmt: skip
     realtime_max_append_bytes: int = Field(
-        default=15 * 1024 * 1024, ge=1024, le=1024**3,
-        description="Bytes of audio (decoded from base64) in one `input_audio_buffer.append`; "
-        "more: an error event `append_too_large`, and the session goes on.",
+        default=1024**2, ge=1024, le=16 * 1024**2,
+        description="Bytes of audio (decoded from base64) in one `input_audio_buffer.append` "
+        "(1 MiB: 21 s of 24 kHz PCM16); more: an error event `append_too_large`, and the "
+        "session goes on. A WebSocket message over twice that (base64-encoded) is not read: "
+        "the session is closed with 1009.",
+    )  # fmt: skip
+    realtime_max_buffer_seconds: float = Field(
+        default=60.0, ge=1, le=3600,
+        description="Seconds of audio a realtime session's input buffer holds uncommitted "
+        "(a turn's longest): with server VAD a longer turn is committed there; with manual "
+        "commits an append past it gets an error event `input_audio_buffer_full`, and the "
+        "session goes on.",
     )  # fmt: skip
 
 

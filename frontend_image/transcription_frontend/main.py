@@ -167,8 +167,9 @@ def config_of(settings: FrontendSettings, app: ASGIApp, log_level: str) -> uvico
         timeout_graceful_shutdown=settings.shutdown_grace_seconds,
         http=guarded_protocol(limits),
         timeout_keep_alive=limits.idle_timeout_seconds,
-        # a WebSocket message: the largest append, base64-encoded, and its JSON around it
-        ws_max_size=limits.realtime_max_append_bytes * 4 // 3 + 64 * 1024,
+        # a WebSocket message: twice the largest append, base64-encoded, and its JSON around
+        # it (an append up to twice the limit gets an error event; a larger one is not read)
+        ws_max_size=limits.realtime_max_append_bytes * 8 // 3 + 64 * 1024,
     )
 
 

@@ -30,9 +30,10 @@ MIN_SPEECH_MS = 96  # speech shorter than this, then silence, is no turn
 # Silero's hysteresis: once below threshold - NEG_OFFSET, a frame is silence (as in
 # faster-whisper's use of it).
 NEG_OFFSET = 0.15
-# What Silero scores in one call over a file: 8.2 s. Larger batches are hardly faster, and
+# What Silero scores in one call at most: 8.2 s. Larger batches are hardly faster, and
 # ONNX Runtime's memory grows with them (an hour: +7 MB at 256 frames a call, +28 MB at 1024).
-BLOCK_SAMPLES = 256 * FRAME
+BATCH_FRAMES = 256
+BLOCK_SAMPLES = BATCH_FRAMES * FRAME  # a file's audio, read this much at a time
 # Normalizing: the 99th percentile of the frames' RMS levels (the loud speech) is brought to
 # this level, the gain kept within these bounds; the VAD's input only.
 NORMALIZE_LEVEL = 0.25
@@ -105,6 +106,12 @@ class Silero:
         if not count:
             return np.zeros(0, dtype=np.float32)
         frames = audio[: count * FRAME].reshape(count, FRAME)
+        return np.concatenate(
+            [self._score(frames[i : i + BATCH_FRAMES]) for i in range(0, count, BATCH_FRAMES)]
+        )
+
+    def _score(self, frames: Floats) -> Floats:
+        """One ONNX call over whole frames (at most BATCH_FRAMES), the state carried on."""
         previous = np.concatenate([self._context[None, :], frames[:-1, -CONTEXT:]])
         batch = np.ascontiguousarray(np.concatenate([previous, frames], axis=1))
         out, self._h, self._c = self._session.run(

@@ -32,8 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from transcription_api.errors import APIError
 from transcription_api.realtime import ErrorBody, ErrorEvent, EventError, parse_client_event
 
-from .. import metrics
-from ..auth import authorization
+from .. import auth, metrics
 from ..gateway import Gateway
 from .sessions import Sessions
 
@@ -101,7 +100,7 @@ async def serve(
 def _credentials(headers: list[tuple[bytes, bytes]], protocols: list[str]) -> bytes | None:
     """The upgrade's key: its `Authorization` header (one at most: HTTP's rule), or the
     subprotocol browsers send it in."""
-    header = authorization(headers)
+    header = auth.authorization(headers)
     for p in protocols:
         if p.startswith(KEY_PROTOCOL):
             header = "Bearer " + p[len(KEY_PROTOCOL) :]
@@ -119,11 +118,20 @@ def _check(
     try:
         caller = gw.caller(header.decode("latin-1") if header else None)
         gw.quotas.check_open(caller.tenant)
-        if query.get("model"):
-            gw.router.catalog.resolve(query["model"][0], caller)
+        authorize(gw, caller, query["model"][0] if query.get("model") else None)
     except APIError as e:
         return ("model" if e.param == "model" else "quota" if e.status == 429 else "key"), e
     return sessions.admit()
+
+
+def authorize(gw: Gateway, caller: auth.Scope, model: str | None) -> None:
+    """The APIError (404, or 403 for a key or tenant scoped to other models) unless the
+    session's turns may go to `model`'s deployment: the one a one-deployment frontend serves
+    when the session names none (a gateway's session that names none is refused nothing: its
+    turns say which names are valid)."""
+    catalog = gw.router.catalog
+    if model or catalog.default is not None:
+        catalog.resolve(model, caller)
 
 
 async def refuse(scope: Scope, send: Send, error: APIError) -> None:

@@ -12,17 +12,22 @@ completed (or failed), item done.
 Back-pressure: at most `MAX_PENDING_TURNS` turns of a session are transcribed at once; a
 commit past that waits, and so does the reading of the client's next message, so a client
 that sends faster than the pools transcribe is slowed down by TCP, never buffered without
-bound. The uncommitted buffer is bounded by `MAX_TURN_SECONDS`: with server VAD a longer
-turn is committed there (its speech_stopped says so), without it an append past it is
-refused.
+bound. The uncommitted buffer is bounded by `realtime_max_buffer_seconds` (the frontend's
+limits): with server VAD a longer turn is committed there (its speech_stopped says so),
+without it an append past it is refused.
+
+Memory: an append is refused by the size its base64 tells before any of it is decoded
+(`realtime_max_append_bytes`), then decoded, converted and scored by the VAD one window
+(`WINDOW_CHARS`) at a time, the loop free between windows: what it costs beyond the text
+the WebSocket delivered does not grow with its size.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -65,15 +70,17 @@ from ..gateway import Gateway
 from ..routing import NoPool
 from ..subrequest import Caller
 from ..tracing import Attributes, Parent
+from .endpoint import authorize
 from .turns import TurnFailed, transcribe_turn
 
 log = logging.getLogger("transcription_frontend.realtime")
 
 MIN_COMMIT_MS = 100  # OpenAI's: a commit of less audio is an error
+# An append is decoded and scored this much base64 at a time: 48,000 bytes, 1 s of 24 kHz
+# PCM16 (a multiple of 4 characters, and of 2 bytes decoded: whole samples).
+WINDOW_CHARS = 64_000
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
-
-# A turn longer than this is committed there (server VAD), or refused (manual commits).
-MAX_TURN_SECONDS = 60.0
 # Turns of one session transcribed at once; a commit past it waits (back-pressure).
 MAX_PENDING_TURNS = 4
 
@@ -138,14 +145,12 @@ class Session:
 
     async def _update(self, event: SessionUpdate) -> None:
         new = validate_session(self.config, event.session, event.event_id)
-        name = new.input.transcription.model
-        if name is not None:
-            try:
-                self.gw.router.catalog.resolve(name, self.gw.caller(self._auth()))
-            except APIError as e:
-                raise EventError(e.message, code=e.code or "model_not_found",
-                                 param="session.audio.input.transcription.model",
-                                 event_id=event.event_id) from None  # fmt: skip
+        try:
+            authorize(self.gw, self.gw.caller(self._auth()), new.input.transcription.model)
+        except APIError as e:
+            raise EventError(e.message, code=e.code or "model_not_found",
+                             param="session.audio.input.transcription.model",
+                             event_id=event.event_id) from None  # fmt: skip
         self._check_pools(new, event.event_id)
         old, self.config = self.config, new
         self.gw.sessions.use(self, self.pool())
@@ -212,40 +217,51 @@ class Session:
     # ---- audio
 
     async def _append(self, event: Append) -> None:
-        try:
-            raw = base64.b64decode(event.audio, validate=True)
-        except (binascii.Error, ValueError):
-            raise EventError("'audio' is not valid base64.", code="invalid_value", param="audio",
-                             event_id=event.event_id) from None  # fmt: skip
-        if len(raw) > self.limits.realtime_max_append_bytes:
-            raise EventError(
-                f"An append may carry at most {self.limits.realtime_max_append_bytes} bytes of "
-                f"audio; this one has {len(raw)}. Send smaller appends.",
-                code="append_too_large", param="audio", event_id=event.event_id,
-            )  # fmt: skip
+        self._check_append(event)
         fmt = self.config.input.format.type
-        try:
-            pcm = to_pcm16(fmt, raw)
-        except ValueError as e:
-            raise EventError(f"'audio' is not {fmt} audio: {e}", code="invalid_value",
-                             param="audio", event_id=event.event_id) from None  # fmt: skip
-        seconds = len(pcm) / 2 / self.rate
-        if self.detector is None and self._buffered_s() + seconds > MAX_TURN_SECONDS:
-            raise EventError(
-                f"The input audio buffer holds at most {MAX_TURN_SECONDS:g} s; "
-                "commit (input_audio_buffer.commit) or clear it first.",
-                code="input_audio_buffer_full", param="audio", event_id=event.event_id,
-            )  # fmt: skip
-        self.buffer += pcm
-        self.elapsed_ms += seconds * 1000
-        if self.detector is not None:
-            events = await asyncio.to_thread(self._detect, pcm)
-            for ev in events:
+        for i in range(0, len(event.audio), WINDOW_CHARS):
+            pcm = to_pcm16(fmt, base64.b64decode(event.audio[i : i + WINDOW_CHARS]))
+            self.buffer += pcm
+            self.elapsed_ms += len(pcm) / 2 / self.rate * 1000
+            if self.detector is None:
+                await asyncio.sleep(0)  # the loop serves others between windows
+                continue
+            for ev in await asyncio.to_thread(self._detect, pcm):
                 if isinstance(ev, vad.SpeechStarted):
                     await self._speech_started(ev.audio_start_ms)
                 else:
                     await self._speech_stopped(ev.audio_end_ms)
             await self._bound()
+
+    def _check_append(self, event: Append) -> None:
+        """EventError unless the append may be taken: checked on its base64 text, before any
+        of it is decoded."""
+        audio, limits = event.audio, self.limits
+        if len(audio) % 4 or not _BASE64.fullmatch(audio):
+            raise EventError("'audio' is not valid base64.", code="invalid_value", param="audio",
+                             event_id=event.event_id)  # fmt: skip
+        size = len(audio) // 4 * 3 - audio[-2:].count("=")
+        if size > limits.realtime_max_append_bytes:
+            raise EventError(
+                f"An append may carry at most {limits.realtime_max_append_bytes} bytes of audio "
+                f"(realtimeMaxAppendBytes); this one has {size}. Send the audio in smaller "
+                "appends.",
+                code="append_too_large", param="audio", event_id=event.event_id,
+            )  # fmt: skip
+        fmt = self.config.input.format.type
+        if fmt == "audio/pcm" and size % 2:
+            raise EventError(
+                f"'audio' is not {fmt} audio: 16-bit samples are 2 bytes each; got an odd byte "
+                f"count ({size})", code="invalid_value", param="audio", event_id=event.event_id,
+            )  # fmt: skip
+        samples = size // 2 if fmt == "audio/pcm" else size  # G.711: a byte a sample
+        cap = limits.realtime_max_buffer_seconds
+        if self.detector is None and self._buffered_s() + samples / self.rate > cap:
+            raise EventError(
+                f"The input audio buffer holds at most {cap:g} s (realtimeMaxBufferSeconds); "
+                "commit (input_audio_buffer.commit) or clear it first.",
+                code="input_audio_buffer_full", param="audio", event_id=event.event_id,
+            )  # fmt: skip
 
     def _detect(self, pcm: bytes) -> list[vad.SpeechStarted | vad.SpeechStopped]:
         assert self.detector is not None
@@ -268,10 +284,10 @@ class Session:
         await self._commit(item, start, end_ms)
 
     async def _bound(self) -> None:
-        """Server VAD: a turn longer than max_turn_seconds is committed; outside speech only
-        the audio a turn's prefix padding may need is kept."""
+        """Server VAD: a turn longer than realtime_max_buffer_seconds is committed; outside
+        speech only the audio a turn's prefix padding may need is kept."""
         if self.speech is not None:
-            if self.elapsed_ms - self.speech[1] >= MAX_TURN_SECONDS * 1000:
+            if self.elapsed_ms - self.speech[1] >= self.limits.realtime_max_buffer_seconds * 1000:
                 await self._speech_stopped(round(self.elapsed_ms))
                 assert self.detector is not None
                 self.detector.reset(round(self.elapsed_ms))
