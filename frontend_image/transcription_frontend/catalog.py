@@ -81,6 +81,14 @@ class Catalog:
         check_scope(scope, table.model, self.primary_of)
         return table
 
+    def check_session(self, name: str | None, scope: Scope) -> None:
+        """The APIError (404, or 403 for a key or tenant scoped to other models) unless a
+        realtime session's turns may go to `name`'s deployment: the one a one-deployment
+        frontend serves when the session names none (a gateway's session that names none is
+        refused nothing: its turns say which names are valid)."""
+        if name or self.default is not None:
+            self.resolve(name, scope)
+
     def _unknown(self, name: str | None) -> APIError:
         if not self.tables:
             why = "; ".join(f"{r.deployment}: {_why(r)}" for r in self.routes.refused)

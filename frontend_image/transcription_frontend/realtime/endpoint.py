@@ -118,20 +118,10 @@ def _check(
     try:
         caller = gw.caller(header.decode("latin-1") if header else None)
         gw.quotas.check_open(caller.tenant)
-        authorize(gw, caller, query["model"][0] if query.get("model") else None)
+        gw.router.catalog.check_session(query["model"][0] if query.get("model") else None, caller)
     except APIError as e:
         return ("model" if e.param == "model" else "quota" if e.status == 429 else "key"), e
     return sessions.admit()
-
-
-def authorize(gw: Gateway, caller: auth.Scope, model: str | None) -> None:
-    """The APIError (404, or 403 for a key or tenant scoped to other models) unless the
-    session's turns may go to `model`'s deployment: the one a one-deployment frontend serves
-    when the session names none (a gateway's session that names none is refused nothing: its
-    turns say which names are valid)."""
-    catalog = gw.router.catalog
-    if model or catalog.default is not None:
-        catalog.resolve(model, caller)
 
 
 async def refuse(scope: Scope, send: Send, error: APIError) -> None:

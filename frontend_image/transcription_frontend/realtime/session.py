@@ -70,7 +70,6 @@ from ..gateway import Gateway
 from ..routing import NoPool
 from ..subrequest import Caller
 from ..tracing import Attributes, Parent
-from .endpoint import authorize
 from .turns import TurnFailed, transcribe_turn
 
 log = logging.getLogger("transcription_frontend.realtime")
@@ -146,7 +145,9 @@ class Session:
     async def _update(self, event: SessionUpdate) -> None:
         new = validate_session(self.config, event.session, event.event_id)
         try:
-            authorize(self.gw, self.gw.caller(self._auth()), new.input.transcription.model)
+            self.gw.router.catalog.check_session(
+                new.input.transcription.model, self.gw.caller(self._auth())
+            )
         except APIError as e:
             raise EventError(e.message, code=e.code or "model_not_found",
                              param="session.audio.input.transcription.model",
