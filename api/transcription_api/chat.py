@@ -217,7 +217,7 @@ class ChatCompletionRequest(BaseModel):
         ]
 
 
-def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+def parse_chat(raw: bytes | str) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request and the body as sent (to forward); 400 naming what is wrong."""
     too_deep = False
     try:
