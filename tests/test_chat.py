@@ -241,6 +241,10 @@ def test_not_json_is_a_clear_400(frontend: Frontend) -> None:
                    headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
     assert r.status_code == 400
     assert error(r)["message"].startswith("the request body is not valid JSON")
+    # Not even text in an encoding JSON allows (the fuzzer found it once a 500).
+    r = httpx.post(f"{frontend.url}/v1/chat/completions", content=b'\xda{"model": "qwen"}')
+    assert r.status_code == 400 and error(r)["code"] == "invalid_json"
+    assert "can't decode byte 0xda" in error(r)["message"]
     assert_still_serving(frontend)
 
 

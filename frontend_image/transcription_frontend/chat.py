@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from transcription_api.capabilities import Capability, request_needs
-from transcription_api.chat import ChatCompletionRequest, InputAudio, parse_chat
+from transcription_api.chat import ChatCompletionRequest, InputAudio, not_json, parse_chat
 from transcription_api.errors import APIError, bad_request
 from transcription_api.multipart import SPOOL_BYTES
 
@@ -82,9 +82,9 @@ async def _pipeline(ex: Exchange) -> None:
         span.set("transcription.upload.bytes", size)
     ex.obs.upload(size)
     # Parsed whole, it is held in memory until the answer has been sent: within the budget.
-    with ex.gw.body_budget.hold(size, "chat completion body"), closing(spool):
-        request, body = parse_chat(text_of(spool))
-        spool.close()
+    with ex.gw.body_budget.hold(size, "chat completion body"):
+        with closing(spool):
+            request, body = parse_chat(text_of(spool))
         await _route_and_forward(ex, caller, request, body, size)
 
 
@@ -161,7 +161,10 @@ def text_of(spool: IO[bytes]) -> str:
     """The spooled JSON body as text, in the encoding JSON's decoder would detect: the bytes
     are let go as soon as they are decoded, so parsing holds two copies, not three."""
     raw = spool.read()
-    return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    try:
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except UnicodeDecodeError as e:  # as JSON's decoder would have refused it
+        raise not_json(e) from None
 
 
 def sniff(part: InputAudio, param: str) -> AudioInfo:
