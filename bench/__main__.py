@@ -1,4 +1,4 @@
-"""python -m bench [frontend|gateway|hostile|hostile-slots|worker|worker-settings|keywords|realtime|
+"""python -m bench [frontend|gateway|hostile|hostile-slots|hostile-bodies|worker|worker-settings|keywords|realtime|
 realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main() -> int:
             "gateway",
             "hostile",
             "hostile-slots",
+            "hostile-bodies",
             "worker",
             "worker-settings",
             "keywords",

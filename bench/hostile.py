@@ -35,6 +35,9 @@ while another key sends a good request every 0.25 s. Before `maxUploadsPerKey` t
 all 256 request slots for hours and every good request failed; now the key holds its 64,
 the rest get 429 with `Retry-After`, and each held upload is cut by its deadline
 (`bodyDeadlineBytesPerSecond`: about 21 minutes for 20 MB, past the run).
+
+Then bodies held in memory (issue 37, finding 2; alone: `python -m bench hostile-bodies`):
+ten 20 MB chat bodies and ten 20 MB uploads to an audio language model's pool at once.
 """
 
 from __future__ import annotations
@@ -534,6 +537,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             p.stop()
     say(f"{SLOW_UPLOADS} slow uploads from one key, good requests from another")
     slow = slots(seconds)
+    from .hostile_bodies import bodies, bodies_table  # it uses this module's samplers
+
+    held = bodies()
     peak = rss["rss_peak_mib"]
     result = {
         "connections": CONNECTIONS,
@@ -548,6 +554,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "exhaustion_one_client": one,
         "exhaustion_eight_clients": eight,
         "slot_exhaustion": slow,
+        "bodies": held,
         "targets": {
             f"peak_under_{LIMIT_MIB}mib": max(
                 peak, one["rss_peak_mib"], eight["rss_peak_mib"], slow["rss_peak_mib"]
@@ -561,6 +568,9 @@ def run(quick: bool = False) -> dict[str, Any]:
                 r["good_served"] and not r["good_failed"] for r in appends
             ),
             "one_client_cannot_deny_another": bool(one["good_served"]) and not one["good_failed"],
+            f"bodies_peak_under_{LIMIT_MIB // 2}mib": all(
+                r["rss_peak_mib"] < LIMIT_MIB / 2 for r in held if r["default_limits"]
+            ),
             "one_key_cannot_take_every_slot": bool(slow["good_served"]) and not slow["good_failed"],
             "refusals_are_503_with_retry_after": all(
                 k.startswith("503 too_many_connections, Retry-After") for k in eight["good_failed"]
@@ -584,5 +594,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     table("How the exhausting connections were answered", ["clients", "answer", "count"],
           [[r["clients"], k, v] for r in (one, eight) for k, v in r["hostile_outcomes"].items()])  # fmt: skip
     slots_table(slow)
+    bodies_table(held)
     write("hostile", result)
     return result

@@ -37,7 +37,7 @@ from testkit.standins import (
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.chat import parse_chat
 from transcription_api.errors import APIError
-from transcription_api.frontend import WorkerTimeouts
+from transcription_api.frontend import FrontendLimits, WorkerTimeouts
 from transcription_api.routes import RouteTable
 
 WAV = tone_wav(0.5)
@@ -241,6 +241,10 @@ def test_not_json_is_a_clear_400(frontend: Frontend) -> None:
                    headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
     assert r.status_code == 400
     assert error(r)["message"].startswith("the request body is not valid JSON")
+    # Not even text in an encoding JSON allows (the fuzzer found it once a 500).
+    r = httpx.post(f"{frontend.url}/v1/chat/completions", content=b'\xda{"model": "qwen"}')
+    assert r.status_code == 400 and error(r)["code"] == "invalid_json"
+    assert "can't decode byte 0xda" in error(r)["message"]
     assert_still_serving(frontend)
 
 
@@ -287,6 +291,43 @@ def test_a_body_over_the_limit_is_413_naming_base64(worker: tuple[Running, Behav
         assert too_large.value.status_code == 413
         assert worker[1].seen == []
         assert post(fe, {"model": PRIMARY, "messages": messages(audio_part())}).status_code == 200
+    finally:
+        fe.running.stop()
+
+
+def test_bodies_past_the_memory_budget_get_503_and_are_served_after(
+    worker: tuple[Running, Behaviour],
+) -> None:
+    """Chat bodies are held in memory (parsed) until answered, within `bufferedBodyBytes`
+    for all requests together: one that would pass it gets 503 with Retry-After naming it,
+    while smaller ones still fit, and once the held body is answered the same request is
+    served."""
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(worker[0].url)]),
+                  limits=FrontendLimits(buffered_body_bytes=1024**2))  # fmt: skip
+    big = {"model": PRIMARY, "messages": messages(audio_part(tone_wav(20)))}  # 0.85 MB
+    worker[1].delay = 1.5
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(post, fe, big)
+            deadline = time.monotonic() + 10
+            while worker[1].in_flight < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert worker[1].in_flight == 1
+            refused = post(fe, big)
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            e = error(refused)
+            assert e["code"] == "memory_budget_exceeded" and "(bufferedBodyBytes)" in e["message"]
+            assert e["type"] == "server_error"
+            assert (
+                post(fe, {"model": PRIMARY, "messages": messages(audio_part())}).status_code == 200
+            )
+            assert first.result().status_code == 200
+        worker[1].delay = 0.0
+        assert post(fe, big).status_code == 200  # its bytes were released, once
+        deadline = time.monotonic() + 5  # the answer may reach us before the request ends
+        while fe.gateway.body_budget.bytes and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fe.gateway.body_budget.bytes == 0
     finally:
         fe.running.stop()
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit.audio import convert, tone_wav
+from testkit.audio import convert, noise_wav, tone_wav
 from testkit.frontend import (
     AUDIO_LM_MODEL,
     PRIMARY,
@@ -31,6 +31,7 @@ from testkit.frontend import (
 from testkit.standins import Behaviour, Running, serve
 from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT, RouteTable
 from transcription_frontend.adapters.transformers import TRANSCRIPT_MAX_TOKENS
+from transcription_frontend.inline import dumps
 
 pytestmark = pytest.mark.standin("audio-lm")
 WAV = tone_wav(0.5)
@@ -71,6 +72,21 @@ def test_transcription_is_asked_of_the_chat_endpoint(
     assert instruction == {"type": "text", "text": DEFAULT_TRANSCRIPTION_PROMPT}
     assert body["max_tokens"] == TRANSCRIPT_MAX_TOKENS and body["temperature"] == 0
     assert "stream" not in body
+
+
+def test_a_multi_mb_upload_reaches_the_chat_endpoint_inline_byte_for_byte(
+    fe: Frontend, worker: tuple[Running, Behaviour]
+) -> None:
+    """The upload goes inline as base64, encoded from the spool as it is sent (never whole in
+    memory): the worker gets exactly the file, in a body of exactly its declared length."""
+    audio = noise_wav(29)  # 5.6 MB, under the pool's 30 s
+    out = fe.client.audio.transcriptions.create(model="qwen", file=("a.wav", audio))
+    assert out.text == TEXT
+    body = sent(worker[1])
+    part = body["messages"][0]["content"][0]["input_audio"]
+    assert part["format"] == "wav"
+    assert base64.b64decode(part["data"], validate=True) == audio
+    assert int(worker[1].seen[-1].headers["content-length"]) == len(dumps(body))
 
 
 def test_usage_and_every_plain_format(fe: Frontend) -> None:

@@ -178,11 +178,11 @@ def test_the_bytes_bound_is_for_all_pools_together() -> None:
 def test_held_chat_bodies_count_against_the_memory_budget_not_the_disk_one() -> None:
     async def main() -> None:
         _router, holds = setup(max_bytes=2500, max_memory_bytes=1500)
-        chat = await held(holds, [A], JsonBody(b"x" * 1000))
+        chat = await held(holds, [A], JsonBody("x" * 998))
         assert (holds.memory, holds.bytes) == (1000, 0)
         up = await held(holds, [A], upload(2000))  # the disk budget is untouched by chat
         with pytest.raises(APIError, match="the limit of held chat bodies"):
-            await holds.wait([B], JsonBody(b"x" * 1000), holds.deadline())
+            await holds.wait([B], JsonBody("x" * 998), holds.deadline())
         for t in (chat, up):
             t.cancel()
         await asyncio.sleep(0.01)

@@ -217,17 +217,13 @@ class ChatCompletionRequest(BaseModel):
         ]
 
 
-def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
+def parse_chat(raw: bytes | str) -> tuple[ChatCompletionRequest, dict[str, Any]]:
     """The validated request and the body as sent (to forward); 400 naming what is wrong."""
     too_deep = False
     try:
         body = json.loads(raw)
-    except ValueError as e:
-        raise bad_request(
-            f"the request body is not valid JSON ({e}): send a chat completion request as "
-            "application/json",
-            code="invalid_json",
-        ) from None
+    except ValueError as e:  # UnicodeDecodeError too
+        raise not_json(e) from None
     except RecursionError:  # nested deeper than the decoder goes
         too_deep = True
     if too_deep or _depth(body) > MAX_JSON_DEPTH:
@@ -241,6 +237,15 @@ def parse_chat(raw: bytes) -> tuple[ChatCompletionRequest, dict[str, Any]]:
         return ChatCompletionRequest.model_validate(body), body
     except ValidationError as e:
         raise _message(e) from None
+
+
+def not_json(e: ValueError) -> APIError:
+    """The 400 for a body that is not JSON (or not text in JSON's encodings)."""
+    return bad_request(
+        f"the request body is not valid JSON ({e}): send a chat completion request as "
+        "application/json",
+        code="invalid_json",
+    )
 
 
 MAX_JSON_DEPTH = 32  # a chat request needs 5 (body, messages, message, content, part, audio)

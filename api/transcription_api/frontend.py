@@ -112,6 +112,15 @@ class FrontendLimits(CrdModel):
         "without API keys) per frontend replica, so that one key's slow uploads cannot hold "
         "every one of `maxConcurrency`'s slots; more: 429 with Retry-After.",
     )  # fmt: skip
+    buffered_body_bytes: int = Field(
+        default=128 * 1024**2, ge=1024**2, le=1024**4,
+        description="Bytes of request bodies a frontend replica holds in memory, all requests "
+        "together: a chat completion's JSON body is parsed whole and counts its length from "
+        "when it has arrived (it is spooled while it arrives) until its answer has been sent. "
+        "Uploads are spooled and streamed, also to audio language models, and count nothing. "
+        "A body that would pass it: 503 with Retry-After. The default keeps the frontend's "
+        "default 512Mi memory limit safe (parsing takes about twice a body, briefly).",
+    )  # fmt: skip
     max_connections: int = Field(
         default=2048, ge=1, le=1_000_000,
         description="Open connections per frontend replica (WebSockets count against "

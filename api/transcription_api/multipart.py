@@ -57,13 +57,6 @@ class Upload:
     def get_all(self, name: str) -> list[str]:
         return [v for k, v in self.fields if k == name]
 
-    def read_all(self) -> bytes:
-        """The whole file, for an engine that takes the audio inline (base64 in JSON)."""
-        if self.file is None:
-            return b""
-        self.file.seek(0)
-        return self.file.read()
-
     def to_disk(self) -> None:
         """Move the file out of memory (a small upload's spool is in memory until 1 MiB):
         for uploads that wait, such as those the gateway holds while a pool scales up."""

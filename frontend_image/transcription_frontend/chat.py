@@ -2,8 +2,9 @@
 
   1. key        the API key, if keys are configured, and its tenant       (auth.py,
                                                                           tenants.py)
-  2. body       refused unread if no pool can chat (400); else the JSON body, read
-                within the upload limit (413)
+  2. body       refused unread if no pool can chat (400); else the JSON body, spooled
+                as it arrives within the upload limit (413), then parsed
+                whole within the memory budget for bodies (503)     (limits.py)
   3. request    validated into one typed model; URLs refused              (api chat.py)
   4. model      the name or alias, resolved to its deployment's route     (catalog.py)
                 table and primary model; the body within that deployment's
@@ -13,7 +14,8 @@
   6. needs      chat, and stream if asked                                 (capabilities)
   7. pools      the deployment's pools that cover the needs, continuous   (routing.py)
                 first, whose engines take its fields and audio            (adapters/)
-  8. forward    the JSON body with `model` rewritten for the pool         (forward.py)
+  8. forward    the JSON body with `model` rewritten for the pool, encoded (forward.py)
+                as it is sent (no second copy)
   9. respond    the answer with `model` back to the primary name; a stream passed
                 through event by event as it arrives, ending with     (adapters/, streams.py)
                 `data: [DONE]`
@@ -25,23 +27,29 @@ is busy, cancellation of the worker request when the client disconnects, request
 
 from __future__ import annotations
 
-import base64
 import io
+import json
+import tempfile
 from collections.abc import AsyncIterator
+from contextlib import closing
+from typing import IO, Any
 
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from transcription_api.capabilities import Capability, request_needs
-from transcription_api.chat import InputAudio, parse_chat
+from transcription_api.chat import ChatCompletionRequest, InputAudio, not_json, parse_chat
 from transcription_api.errors import APIError, bad_request
+from transcription_api.multipart import SPOOL_BYTES
 
 from .adapters import CHAT_PATH, able, adapter
 from .forward import JsonBody
 from .gateway import Gateway
+from .inline import Base64Reader
 from .pipeline import Exchange, choose_pools, run
 from .routing import NoPool
 from .sniff import AudioInfo, audio_seconds, probe
+from .tenants import Caller
 
 PATH = CHAT_PATH
 
@@ -70,13 +78,24 @@ async def _pipeline(ex: Exchange) -> None:
     if length and length.isdigit() and int(length) > limit:
         raise body_too_large(limit)
     with ex.gw.tracer.span("receive") as span:
-        raw = await read_body(Request(ex.scope, ex.receive).stream(), limit)
-        span.set("transcription.upload.bytes", len(raw))
-    ex.obs.upload(len(raw))
-    request, body = parse_chat(raw)
-    table = catalog.resolve(request.model, caller)
+        spool, size = await spool_body(Request(ex.scope, ex.receive).stream(), limit)
+        span.set("transcription.upload.bytes", size)
+    ex.obs.upload(size)
+    # Parsed whole, it is held in memory until the answer has been sent: within the budget.
+    with ex.gw.body_budget.hold(size, "chat completion body"):
+        with closing(spool):
+            request, body = parse_chat(text_of(spool))
+        await _route_and_forward(ex, caller, request, body, size)
+
+
+async def _route_and_forward(
+    ex: Exchange, caller: Caller, request: ChatCompletionRequest, body: dict[str, Any],
+    size: int,
+) -> None:  # fmt: skip
+    """Steps 4 to 9, for a body that has arrived and been parsed."""
+    table = ex.gw.router.catalog.resolve(request.model, caller)
     ex.obs.model = primary = table.model
-    if len(raw) > table.max_upload_bytes:
+    if size > table.max_upload_bytes:
         raise body_too_large(table.max_upload_bytes, table.deployment)
     audio = []
     seconds = 0.0  # of all its audio parts, for autoscaling
@@ -91,7 +110,7 @@ async def _pipeline(ex: Exchange) -> None:
     needs = request_needs(Capability.CHAT, stream=request.stream)
     traced = {"transcription.needs": sorted(c.value for c in needs)}
     with ex.gw.tracer.span("route", traced) as span:
-        pools = choose_pools(ex.gw.router, table, needs, len(raw))
+        pools = choose_pools(ex.gw.router, table, needs, size)
         adapters = able([adapter(p) for p in pools], lambda a: a.chat_refusal(body, audio))
         span.set("transcription.pools", [a.pool.name for a in adapters])
     ex.ticket.count(seconds, pools[0].name)
@@ -99,7 +118,7 @@ async def _pipeline(ex: Exchange) -> None:
     await ex.forward(
         adapters,
         lambda a: a.chat_request(body, primary),
-        JsonBody(raw),
+        JsonBody(body, size),
         request.stream,
         lambda a, answer: a.chat_reply(answer, primary, request.stream),
     )
@@ -119,24 +138,41 @@ def body_too_large(limit: int, deployment: str | None = None) -> APIError:
     )
 
 
-async def read_body(stream: AsyncIterator[bytes], limit: int) -> bytes:
-    """The whole body, refused (413) as soon as it passes the limit."""
-    parts: list[bytes] = []
+async def spool_body(stream: AsyncIterator[bytes], limit: int) -> tuple[IO[bytes], int]:
+    """The whole body, spooled as it arrives (memory up to 1 MiB, then disk, as uploads are:
+    a slow client holds no memory), and its size; refused (413) as soon as it passes the
+    limit."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
     size = 0
-    async for chunk in stream:
-        size += len(chunk)
-        if size > limit:
-            raise body_too_large(limit)
-        parts.append(chunk)
-    return b"".join(parts)
+    try:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise body_too_large(limit)
+            spool.write(chunk)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return spool, size
+
+
+def text_of(spool: IO[bytes]) -> str:
+    """The spooled JSON body as text, in the encoding JSON's decoder would detect: the bytes
+    are let go as soon as they are decoded, so parsing holds two copies, not three."""
+    raw = spool.read()
+    try:
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except UnicodeDecodeError as e:  # as JSON's decoder would have refused it
+        raise not_json(e) from None
 
 
 def sniff(part: InputAudio, param: str) -> AudioInfo:
     """An audio part's container and duration (its data is valid base64: the chat
     contract, transcription_api/chat.py, checked it)."""
-    data = base64.b64decode(part.data)
+    data = Base64Reader(part.data)  # decoded only where the probe reads
     try:
-        return probe(io.BytesIO(data), len(data))
+        return probe(io.BufferedReader(data), data.size)
     except APIError as e:
         raise bad_request(
             "the audio is not a recognised audio container (wav, mp3, flac, ogg ...)",

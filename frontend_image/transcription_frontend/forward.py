@@ -2,7 +2,8 @@
 
 An audio request's body is re-framed, not re-encoded: each form field as the client sent it
 (with `model` and `response_format` rewritten for the engine), then the file streamed from
-the spool in 64 KiB pieces (`MultipartBody`); a chat request's is its JSON (`JsonBody`).
+the spool in 64 KiB pieces (`MultipartBody`); a chat request's is its JSON, encoded as it is
+sent (`JsonBody`).
 `Forwarder.send` is an `async with`: leaving it releases the worker connection and the
 endpoint's in-flight count, however the block ends.
 
@@ -31,12 +32,13 @@ benchmark's target is under 2 ms added at p50).
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -49,6 +51,7 @@ from transcription_api.worker import BACKGROUND, PRIORITY_HEADER
 from . import metrics
 from .fair import Flow
 from .hold import Holdable, Holds, Place
+from .inline import encoded, encoded_length
 from .routing import Router
 from .tracing import Span, Tracer
 from .work import Ticket, Work
@@ -125,23 +128,36 @@ class MultipartBody:
 
 
 class JsonBody:
-    """A JSON request body, already encoded."""
+    """A JSON request body, encoded piece by piece as it is sent (`inline`): a chat's parsed
+    body, or an audio language model's request with the upload inline (`Base64Of`, read
+    from the spool), is never also held encoded."""
 
     content_type = "application/json"
     in_memory = True  # held (hold.py) as it is, against the memory budget
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    def __init__(self, value: Any, size: int | None = None) -> None:
+        self.value = value
+        self.held = size  # what holding it costs (hold.py): the body as it came, or its length
+
+    @functools.cached_property
+    def length(self) -> int:
+        return encoded_length(self.value)
 
     def __len__(self) -> int:
-        return len(self.data)
+        return self.length
 
-    def payload(self) -> bytes:
-        return self.data
+    def payload(self) -> bytes | AsyncIterator[bytes]:
+        if self.length <= SMALL_BODY:
+            return b"".join(encoded(self.value))
+        return self.__aiter__()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in encoded(self.value):
+            yield piece
 
     @property
-    def size(self) -> int:  # held (hold.py) as it is, in memory
-        return len(self.data)
+    def size(self) -> int:
+        return self.length if self.held is None else self.held
 
     def to_disk(self) -> None:
         pass

@@ -23,7 +23,7 @@ from .discovery import SliceIndex, SliceWatches, TableWatcher
 from .events import KEYS_UNAVAILABLE, UNKNOWN_TENANT, PodEvents
 from .forward import Forwarder, new_session
 from .hold import Holds
-from .limits import Uploads
+from .limits import BodyBudget, Uploads
 from .load import Load, serve_internal
 from .quota import Quotas
 from .realtime.sessions import Sessions
@@ -58,6 +58,7 @@ class Gateway:
         self.holds = Holds(self.router, s.hold)
         self.sessions = Sessions(s.limits)  # realtime (realtime/)
         self.uploads = Uploads(s.limits)  # bodies still arriving, per key
+        self.body_budget = BodyBudget(s.limits)  # bodies held in memory, all together
         self.work = Work()  # audio-seconds, for autoscaling
         self.load = Load(self.router, self.holds, self.sessions, self.work, s.internal_port)
         # Each replica enforces its share of each quota: the ready replicas it knows.

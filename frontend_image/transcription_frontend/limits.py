@@ -17,6 +17,11 @@ Slots are shared, and one key's slow uploads must not hold them all: `Uploads` c
 requests whose body is still arriving per key (per client address without keys) and
 refuses more than `max_uploads_per_key` with 429. The pipelines count them once the key is
 known, before they read the body.
+
+Memory is shared too: `BodyBudget` counts the bytes of request bodies held in memory, all
+requests together (a chat completion's JSON, parsed whole once it has arrived: spooled
+until then), and refuses a body that would pass `buffered_body_bytes` with 503 and
+`Retry-After`, instead of growing until the replica is killed for its memory.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -161,6 +167,35 @@ class Uploads:
             return message
 
         return counting, end
+
+
+class BodyBudget:
+    """Bytes of request bodies held in memory, all requests together (module docstring)."""
+
+    def __init__(self, limits: FrontendLimits) -> None:
+        self.limits = limits
+        self.bytes = 0
+
+    @contextmanager
+    def hold(self, size: int, what: str) -> Iterator[None]:
+        """Count `size` bytes of `what` in while the block runs (503 if they would pass the
+        budget); out once, however it ends."""
+        cap = self.limits.buffered_body_bytes
+        if self.bytes + size > cap:
+            raise APIError(
+                503,
+                f"The gateway holds {self.bytes} bytes of request bodies in memory and this "
+                f"{what} of {size} bytes would pass its limit of {cap} bytes "
+                "(bufferedBodyBytes); retry shortly.",
+                type="server_error",
+                code="memory_budget_exceeded",
+                headers={"Retry-After": "1"},
+            )
+        self.bytes += size
+        try:
+            yield
+        finally:
+            self.bytes -= size
 
 
 def content_length(scope: Scope) -> int | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -32,6 +31,7 @@ from transcription_api.openai import (
 from transcription_api.routes import PoolRoute
 
 from .forward import CONNECT_ERRORS
+from .inline import dumps
 
 
 def worker_failed(pool: PoolRoute, what: str) -> APIError:
@@ -192,8 +192,3 @@ class ChatStream(EventStream):
             yield b"data: " + dumps(doc) + b"\n\n"
         if not finished:
             self.error = worker_failed(self.pool, "its stream ended before the answer did")
-
-
-def dumps(doc: Any) -> bytes:
-    """Compact JSON, as engines send it."""
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

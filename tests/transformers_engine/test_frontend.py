@@ -9,6 +9,7 @@ Workers are started from the operator's own settings and route table, as in a cl
 from __future__ import annotations
 
 import base64
+import io
 import json
 import subprocess
 from collections.abc import Iterator
@@ -32,9 +33,11 @@ from testkit.transformers_serve import WHISPER, Server, check_recording, launch
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.engines import capability_set
 from transcription_api.engines.transformers import CHAT_FIELDS, TRANSCRIPTION_FIELDS
+from transcription_api.openai import TranscriptionRequest
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.adapters.transformers import AudioLMAdapter
+from transcription_frontend.inline import Base64Of, encoded
 from transcription_operator.children import route_table, worker_settings
 from transcription_operator.plan import plan
 
@@ -143,6 +146,12 @@ def short(body: bytes, max_tokens: int = 5) -> bytes:
     return json.dumps({**json.loads(body), "max_tokens": max_tokens}).encode()
 
 
+def asked_of(adapter: AudioLMAdapter, audio: bytes, request: TranscriptionRequest) -> bytes:
+    """The chat request the frontend sends the pool for a transcription of this wav."""
+    inline = Base64Of(io.BytesIO(audio), len(audio))
+    return b"".join(encoded(adapter.chat_transcription(inline, "wav", AUDIO_LM, request)))
+
+
 def starts_with(text: str, words: list[str]) -> bool:
     """Whether a random-weight model's answer starts with these words: long generations
     drift between runs (its logits are nearly tied), their start does not."""
@@ -157,7 +166,7 @@ def test_chat_and_transcription_share_one_deployment(chat_deployment: Any, wav: 
     pool = PoolRoute(name="batch", engine=Engine.TRANSFORMERS, mode=Mode.CONTINUOUS,
                      service="s", family=ModelFamily.AUDIO_LM, worker_model=server.model)  # fmt: skip
     headers = {"content-type": "application/json"}
-    asked = AudioLMAdapter(pool).chat_transcription(audio, "wav", AUDIO_LM, parse_request([]))
+    asked = asked_of(AudioLMAdapter(pool), audio, parse_request([]))
     straight = httpx.post(f"{server.url}/v1/chat/completions", content=short(asked),
                           headers=headers, timeout=300)  # fmt: skip
     check_recording("chat_transcription_json", straight, {server.model: "<checkpoint>"})
@@ -171,8 +180,7 @@ def test_chat_and_transcription_share_one_deployment(chat_deployment: Any, wav: 
     text = client.audio.transcriptions.create(model="qwen", file=("a.wav", audio),
                                               response_format="text")  # fmt: skip
     assert starts_with(text, want) and text.endswith("\n")
-    streamed = AudioLMAdapter(pool).chat_transcription(audio, "wav", AUDIO_LM,
-                                                      parse_request([("stream", "true")]))  # fmt: skip
+    streamed = asked_of(AudioLMAdapter(pool), audio, parse_request([("stream", "true")]))
     raw = httpx.post(f"{server.url}/v1/chat/completions", content=short(streamed),
                      headers=headers, timeout=300)  # fmt: skip
     check_recording("chat_transcription_stream", raw, {server.model: "<checkpoint>"})

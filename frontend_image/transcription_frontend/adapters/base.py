@@ -35,9 +35,10 @@ from transcription_api.render import PLAIN, billed_seconds, render
 from transcription_api.routes import PoolRoute
 
 from ..forward import Body, JsonBody, MultipartBody, WorkerAnswer
+from ..inline import dumps
 from ..respond import Reply, worker_error
 from ..sniff import AudioInfo
-from ..streams import ChatStream, Translation, dumps, worker_failed
+from ..streams import ChatStream, Translation, worker_failed
 
 CHAT_PATH = "/v1/chat/completions"
 JSON_FORMATS = (ResponseFormat.JSON, ResponseFormat.VERBOSE_JSON)
@@ -230,7 +231,7 @@ class Adapter:
 
     def chat_request(self, body: dict[str, Any], primary: str) -> tuple[str, JsonBody]:
         """The client's JSON body for the engine: `model` rewritten, nothing else."""
-        return CHAT_PATH, JsonBody(dumps({**body, "model": self.worker_model(primary)}))
+        return CHAT_PATH, JsonBody({**body, "model": self.worker_model(primary)})
 
     async def chat_reply(self, answer: WorkerAnswer, primary: str, stream: bool) -> Reply:
         """The client's reply to the engine's answer (raises APIError for a failed one)."""

@@ -15,8 +15,6 @@ back from the chat completion.
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 from transcription_api.capabilities import Capability
@@ -26,6 +24,7 @@ from transcription_api.openai import ChunkUsage, TokenUsage, TranscriptionReques
 from transcription_api.routes import DEFAULT_TRANSCRIPTION_PROMPT
 
 from ..forward import Body, JsonBody
+from ..inline import Base64Of
 from ..sniff import AudioInfo
 from .base import CHAT_PATH, Adapter
 
@@ -64,8 +63,10 @@ class AudioLMAdapter(TransformersAdapter):
         self, endpoint: Capability, upload: Upload, audio: AudioInfo, primary: str,
         request: TranscriptionRequest,
     ) -> tuple[str, Body]:  # fmt: skip
-        body = self.chat_transcription(upload.read_all(), audio.container, primary, request)
-        return CHAT_PATH, JsonBody(body)
+        assert upload.file is not None
+        inline = Base64Of(upload.file, upload.size)  # read from the spool as it is sent
+        return CHAT_PATH, JsonBody(self.chat_transcription(inline, audio.container, primary,
+                                                           request))  # fmt: skip
 
     def instruction(self, request: TranscriptionRequest) -> str:
         """What the model is asked with the audio: the pool's instruction, plus the
@@ -78,13 +79,13 @@ class AudioLMAdapter(TransformersAdapter):
         return text
 
     def chat_transcription(
-        self, audio: bytes, container: str, primary: str, request: TranscriptionRequest
-    ) -> bytes:
+        self, audio: Base64Of, container: str, primary: str, request: TranscriptionRequest
+    ) -> dict[str, Any]:
         """A transcription request as a chat completion request: one user message holding
-        the audio (an `input_audio` part) and the instruction."""
+        the audio (an `input_audio` part, base64-encoded as it is sent) and the
+        instruction."""
         content = [
-            {"type": "input_audio",
-             "input_audio": {"data": base64.b64encode(audio).decode(), "format": container}},
+            {"type": "input_audio", "input_audio": {"data": audio, "format": container}},
             {"type": "text", "text": self.instruction(request)},
         ]  # fmt: skip
         body: dict[str, Any] = {
@@ -95,7 +96,7 @@ class AudioLMAdapter(TransformersAdapter):
         }
         if request.stream:
             body["stream"] = True
-        return json.dumps(body, separators=(",", ":")).encode()
+        return body
 
     def transcript(self, doc: Any) -> dict[str, Any]:
         """A chat completion's answer as OpenAI's transcription JSON (`text`, `usage`)."""
