@@ -23,7 +23,9 @@ from typing import Any
 DNS_NAMESPACE = "kube-system"
 KEDA_NAMESPACE = "keda"
 CLUSTER_DOMAIN = "cluster.local"
-DNS_PORT = 1053  # non-root: no privileged port in the pod; the Service maps 53 to it
+# Port 53, as in kubeadm's clusters (where the operator's egress policies expect DNS pods):
+# as a non-root user, through the pod's net.ipv4.ip_unprivileged_port_start (a safe sysctl).
+DNS_PORT = 53
 
 Manifest = dict[str, Any]
 
@@ -100,6 +102,9 @@ def coredns(image: str, service_ip: str) -> list[Manifest]:
                             "runAsNonRoot": True,
                             "runAsUser": 65532,
                             "seccompProfile": {"type": "RuntimeDefault"},
+                            "sysctls": [
+                                {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}
+                            ],
                         },
                         "containers": [
                             {

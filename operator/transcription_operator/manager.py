@@ -186,9 +186,13 @@ async def start() -> None:
     """Fill the caches, then start the workers, the relister and (if asked) the election."""
     kube = Kube.connect(RUNTIME.kubeconfig)
     cfg = OperatorConfig.from_env()
-    if not cfg.api_server:
-        cfg = replace(cfg, api_server=await asyncio.to_thread(kube.api_server_endpoints))
     cluster_wide = not RUNTIME.namespaces
+    if not cfg.api_server and cluster_wide:
+        cfg = replace(cfg, api_server=await asyncio.to_thread(kube.api_server_endpoints))
+    elif not cfg.api_server:  # its EndpointSlices are in `default`, which it may not read
+        log.info("watching some namespaces only: the frontends' egress policies admit any "
+                 "address on 443 and 6443 for the API server (the chart's "
+                 "networkPolicy.apiServerEndpoints narrows it)")  # fmt: skip
     RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods, cluster_wide)
     await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
