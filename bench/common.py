@@ -16,6 +16,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+
 import toolchain
 from testkit import host, processes
 
@@ -144,3 +146,23 @@ def write(name: str, data: dict[str, Any]) -> Path:
     path.write_text(json.dumps(data, indent=2) + "\n")
     say(f"wrote {path}")
     return path
+
+
+LIMIT_MIB = 512  # spec.frontend.resources' default memory limit
+
+
+def refusal(r: httpx.Response) -> str:
+    try:
+        code = r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = "not OpenAI's shape"
+    retry = "Retry-After" if "retry-after" in r.headers else "no Retry-After"
+    return f"{r.status_code} {code}, {retry}"
+
+
+def sampled(fe: Proc, during: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """`during()`'s result, and the frontend's RSS (MiB) before, at peak and after it."""
+    result, before, peak = fe.peak_during(during)
+    rss = {"rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
+           "rss_after_mib": fe.rss_kib() / 1024}  # fmt: skip
+    return result, rss

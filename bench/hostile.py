@@ -49,7 +49,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +60,22 @@ from testkit.audio import tone_wav
 from transcription_api.frontend import FrontendLimits
 from transcription_frontend.limits import body_deadline
 
-from .common import RESULTS, Proc, T, frontend_proc, pct, say, table, write
+from .common import (
+    LIMIT_MIB,
+    RESULTS,
+    Proc,
+    frontend_proc,
+    pct,
+    refusal,
+    sampled,
+    say,
+    table,
+    write,
+)
 from .frontend import routes, worker
+from .hostile_bodies import bodies, bodies_table
 
 BASE = 18760
-LIMIT_MIB = 512  # spec.frontend.resources' default memory limit
 CONNECTIONS = 100
 EXHAUSTING = 2100  # connections of the exhaustion scenarios (the finding: past 2,048)
 SLOW_UPLOADS = 260  # uploads of the slot exhaustion scenario (the finding: past 256 slots)
@@ -193,28 +203,11 @@ def _good_requests(url: str, wav: bytes, seconds: float, source: str = "127.0.0.
                 if r.status_code == 200:
                     good.append(time.perf_counter() - t0)
                 else:
-                    failed[_refusal(r)] += 1
+                    failed[refusal(r)] += 1
             except httpx.HTTPError as e:
                 failed[type(e).__name__] += 1
             time.sleep(0.25)
     return good, failed
-
-
-def _refusal(r: httpx.Response) -> str:
-    try:
-        code = r.json()["error"]["code"]
-    except (ValueError, KeyError, TypeError):
-        code = "not OpenAI's shape"
-    retry = "Retry-After" if "retry-after" in r.headers else "no Retry-After"
-    return f"{r.status_code} {code}, {retry}"
-
-
-def _sampled(fe: Proc, during: Callable[[], T]) -> tuple[T, dict[str, float]]:
-    """`during()`'s result, and the frontend's RSS (MiB) before, at peak and after it."""
-    result, before, peak = fe.peak_during(during)
-    rss = {"rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
-           "rss_after_mib": fe.rss_kib() / 1024}  # fmt: skip
-    return result, rss
 
 
 def _append(audio: str) -> str:
@@ -322,7 +315,7 @@ def realtime(fe: Proc, url: str, wav: bytes, seconds: float) -> list[dict[str, A
                           f"({size} bytes)", appending),
                          (f"{SESSIONS} sessions sending the finding's {FINDING_APPEND // 10**6} "
                           "MB append", finding)]:  # fmt: skip
-        (good, failed, outcomes), rss = _sampled(fe, during)
+        (good, failed, outcomes), rss = sampled(fe, during)
         rows.append({"scenario": name, **rss, "outcomes": dict(sorted(outcomes.items())),
                      "good_served": len(good), "good_failed": dict(failed),
                      "good_p50_ms": pct(good, 50) * 1000 if good else None})  # fmt: skip
@@ -356,7 +349,7 @@ def exhaustion(
             thread.join(timeout=30)
         return good, failed, outcomes
 
-    (good, failed, outcomes), rss = _sampled(fe, during)
+    (good, failed, outcomes), rss = sampled(fe, during)
     return {
         "connections": EXHAUSTING,
         "clients": len(sources),
@@ -452,7 +445,7 @@ def slots(seconds: float) -> dict[str, Any]:
                 thread.join(timeout=30)
             return good, failed, outcomes, most
 
-        (good, failed, outcomes, most), rss = _sampled(fe, during)
+        (good, failed, outcomes, most), rss = sampled(fe, during)
     finally:
         for p in procs:
             p.stop()
@@ -526,7 +519,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 for t in threads:
                     t.join(timeout=10)
 
-        (good, failed), rss = _sampled(fe, during)
+        (good, failed), rss = sampled(fe, during)
         say(f"{SESSIONS} realtime sessions of the largest appends, then of the finding's")
         appends = realtime(fe, url, wav, seconds)
         say(f"{EXHAUSTING} partial-header connections from one client, then from eight")
@@ -537,8 +530,6 @@ def run(quick: bool = False) -> dict[str, Any]:
             p.stop()
     say(f"{SLOW_UPLOADS} slow uploads from one key, good requests from another")
     slow = slots(seconds)
-    from .hostile_bodies import bodies, bodies_table  # it uses this module's samplers
-
     held = bodies()
     peak = rss["rss_peak_mib"]
     result = {

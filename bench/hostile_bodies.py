@@ -28,8 +28,7 @@ from testkit.frontend import PRIMARY, chat_pool
 from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import RouteTable
 
-from .common import PY, RESULTS, Proc, frontend_proc, say, table, write
-from .hostile import LIMIT_MIB, _refusal, _sampled
+from .common import LIMIT_MIB, PY, RESULTS, Proc, frontend_proc, refusal, sampled, say, table, write
 
 BASE = 18790
 BODIES = 10
@@ -67,9 +66,9 @@ def _row(name: str, defaults: bool, url: str, fe: Proc, send: Any) -> dict[str, 
     def during() -> Counter[str]:
         with httpx.Client(timeout=120) as c, ThreadPoolExecutor(BODIES) as pool:
             answers = list(pool.map(lambda _: send(c), range(BODIES)))
-        return Counter("200" if r.status_code == 200 else _refusal(r) for r in answers)
+        return Counter("200" if r.status_code == 200 else refusal(r) for r in answers)
 
-    outcomes, rss = _sampled(fe, during)
+    outcomes, rss = sampled(fe, during)
     return {"row": name, "default_limits": defaults, **rss,
             "outcomes": dict(sorted(outcomes.items()))}  # fmt: skip
 
