@@ -16,8 +16,12 @@ Realtime (issue 37): ten sessions at once, for `seconds`, each sending the large
 the default limits allow (`realtimeMaxAppendBytes`, 1 MiB: 21.8 s of 24 kHz PCM16 noise),
 half with server VAD (an append, then a clear, waited for), half with manual commits (two
 appends, a commit, its turn transcribed, waited for); then ten sessions that each send the
-append of the finding (10 MB of base64), which is not read (close 1009). Target: the peak
-stays under half the default memory limit (256 MiB), and good requests are all served.
+append of the finding (10 MB of base64), which is not read (close 1009); then the most
+sessions a replica takes (`maxRealtimeSessions`, 100), each filling its buffer to
+`realtimeMaxBufferSeconds` (60 s, 2.9 MB) with manual commits and holding it: 288 MB of
+audio in all, past what `bufferedBodyBytes` (128 MiB) lets them hold, so the appends past it
+are refused (`memory_budget_exceeded`) and the sessions go on. Target: the peak stays under
+half the default memory limit (256 MiB), and good requests are all served.
 
 Then connection exhaustion (issue 37): 2,100 connections (past the default 2,048
 `maxConnections`) that keep sending partial headers, a byte a second, each reopened as soon
@@ -84,6 +88,7 @@ ATTACKER, GOOD_KEY = "k-attacker", "k-good"
 GOOD_CLIENT = "127.0.0.2"
 SESSIONS = 10  # realtime sessions of the append rows
 FINDING_APPEND = 10_000_000  # base64 characters of the finding's append
+HOLDING = 100  # sessions of the full-buffers row: maxRealtimeSessions' default
 
 
 def frontend(port: int, route_file: Path) -> Proc:
@@ -247,6 +252,32 @@ async def _appending(url: str, audio: str, manual: bool, stop: threading.Event,
         outcomes[f"{type(e).__name__}: {e}"[:80]] += 1
 
 
+async def _holding(url: str, parts: list[str], stop: threading.Event,
+                   outcomes: Counter[str]) -> None:  # fmt: skip
+    """One session with manual commits filling its buffer with `parts`, then holding it
+    until `stop`: whether its appends were all taken."""
+    manual = json.dumps({"type": "session.update", "session": {
+        "type": "transcription", "audio": {"input": {"turn_detection": None}}}})  # fmt: skip
+    try:
+        async with websockets.connect(url, max_size=None) as ws:
+            await _expect(ws, "session.created")
+            for part in parts:
+                await ws.send(_append(part))
+            await ws.send(manual)  # answered once every append before it is taken or refused
+            refused = set()
+            while (event := json.loads(await asyncio.wait_for(ws.recv(), 120)))["type"] != (
+                "session.updated"
+            ):
+                if event["type"] == "error":
+                    refused.add(event["error"]["code"])
+            outcomes[f"append refused: {', '.join(sorted(refused))}" if refused
+                     else "buffer filled"] += 1  # fmt: skip
+            while not stop.is_set():  # noqa: ASYNC110 (set by another thread)
+                await asyncio.sleep(0.2)
+    except (OSError, TimeoutError, websockets.WebSocketException) as e:
+        outcomes[f"{type(e).__name__}: {e}"[:80]] += 1
+
+
 async def _finding_append(url: str, audio: str, outcomes: Counter[str]) -> None:
     """One session sending the finding's append: how it was answered."""
     try:
@@ -310,11 +341,33 @@ def realtime(fe: Proc, url: str, wav: bytes, seconds: float) -> list[dict[str, A
             thread.join(timeout=180)
         return good, failed, outcomes
 
+    def holding() -> tuple[list[float], Counter[str], Counter[str]]:
+        stop = threading.Event()
+        outcomes: Counter[str] = Counter()
+        full = round(FrontendLimits().realtime_max_buffer_seconds * 24000 * 2)
+        pcm = rng.integers(-3000, 3000, full // 2, dtype="<i2").tobytes()
+        parts = [base64.b64encode(pcm[i : i + size]).decode() for i in range(0, full, size)]
+
+        async def sessions() -> None:
+            await asyncio.gather(*(_holding(ws_url, parts, stop, outcomes)
+                                   for _ in range(HOLDING)))  # fmt: skip
+
+        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
+        thread.start()
+        try:
+            good, failed = _good_requests(url, wav, seconds)
+        finally:
+            stop.set()
+            thread.join(timeout=180)
+        return good, failed, outcomes
+
     rows = []
     for name, during in [(f"{SESSIONS} sessions appending the largest allowed appends "
                           f"({size} bytes)", appending),
                          (f"{SESSIONS} sessions sending the finding's {FINDING_APPEND // 10**6} "
-                          "MB append", finding)]:  # fmt: skip
+                          "MB append", finding),
+                         (f"{HOLDING} sessions each holding a full buffer (60 s, 2.9 MB) with "
+                          "manual commits", holding)]:  # fmt: skip
         (good, failed, outcomes), rss = sampled(fe, during)
         rows.append({"scenario": name, **rss, "outcomes": dict(sorted(outcomes.items())),
                      "good_served": len(good), "good_failed": dict(failed),

@@ -97,6 +97,28 @@ def test_the_budget_refuses_past_it_and_releases_once() -> None:
     assert budget.bytes == 0
 
 
+def test_a_holder_reserves_within_the_budget_and_settles_to_what_it_holds() -> None:
+    """A realtime session's buffer: grows only within the budget shared with the bodies,
+    shrinks and is released without a refusal."""
+    budget = BodyBudget(FrontendLimits(buffered_body_bytes=1024**2))
+    buffer = budget.holder("realtime append")
+    with budget.hold(500_000, "chat completion body"):
+        buffer.reserve(500_000)
+        assert budget.bytes == 1_000_000
+        with pytest.raises(APIError) as refused:
+            buffer.reserve(600_000)  # 100,000 more: past 1,048,576
+        assert refused.value.code == "memory_budget_exceeded"
+        assert "realtime append of 100000 bytes" in refused.value.message
+        assert (budget.bytes, buffer.size) == (1_000_000, 500_000)  # nothing counted
+        buffer.settle(200_000)  # a turn committed out of it
+        buffer.reserve(548_576)  # exactly to the limit
+        assert budget.bytes == 1024**2
+        buffer.settle(600_000)  # what is held is counted, never refused
+        assert budget.bytes == 1024**2 + 51_424
+    buffer.settle(0)  # the session is gone
+    assert budget.bytes == 0
+
+
 def test_json_pieces_parse_back() -> None:
     value = VALUES[-1]
     assert json.loads(b"".join(encoded(value))) == value

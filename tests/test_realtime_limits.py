@@ -31,7 +31,8 @@ from transcription_api.routes import Routes, RouteTable
 RATE = 24000  # audio/pcm
 APPEND = 1024 * 1024  # the default realtimeMaxAppendBytes
 BUFFER_S = 30.0
-LIMITS = FrontendLimits(realtime_max_buffer_seconds=BUFFER_S)
+BUDGET = 2 * 1024**2  # bufferedBodyBytes: room for one full buffer (1,440,000 bytes), not two
+LIMITS = FrontendLimits(realtime_max_buffer_seconds=BUFFER_S, buffered_body_bytes=BUDGET)
 MANUAL = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
 
 
@@ -166,6 +167,54 @@ def test_the_input_buffer_holds_at_most_its_limit(gateway: str) -> None:
             await append(ws, half)
             await send(ws, "input_audio_buffer.clear")
             assert (await event(ws)).type == "input_audio_buffer.cleared"
+
+    asyncio.run(scenario())
+
+
+async def fill(ws: Any, seconds: float) -> list[Any]:
+    """Append `seconds` of audio in appends of 15 s; the events they caused, up to the
+    session.updated that shows every one was taken (a manual session's appends answer
+    nothing when they are)."""
+    for n in range(round(seconds / 15)):
+        await append(ws, noise(15, seed=n), event_id=f"evt_fill_{n}")
+    await send(ws, "session.update", session=MANUAL)
+    return await until(ws, "session.updated")
+
+
+def test_the_sessions_buffers_share_the_memory_budget(gateway: str) -> None:
+    """Each session's uncommitted audio counts in `bufferedBodyBytes`: an append that would
+    pass it is refused whole with an error event naming it, the session goes on, and the
+    room comes back when another session's buffer is cleared or closed."""
+
+    async def scenario() -> None:
+        async with session(gateway, **MANUAL) as a, session(gateway, **MANUAL) as b:
+            assert [e.type for e in await fill(a, 30)] == ["session.updated"]  # 1,440,000
+            error, _ = await fill(b, 15)  # 720,000 more: past 2 MiB
+            assert (error.type, error.error.type, error.error.code, error.error.param,
+                    error.error.event_id) == ("error", "server_error", "memory_budget_exceeded",
+                                              "audio", "evt_fill_0")  # fmt: skip
+            assert "realtime append of 720000 bytes" in error.error.message
+            assert f"limit of {BUDGET} bytes (bufferedBodyBytes)" in error.error.message
+            await send(b, "input_audio_buffer.commit")  # nothing of it was taken
+            assert (await event(b)).error.code == "input_audio_buffer_commit_empty"
+            await send(a, "input_audio_buffer.clear")
+            await until(a, "input_audio_buffer.cleared")
+            assert [e.type for e in await fill(b, 15)] == ["session.updated"]
+            await send(b, "input_audio_buffer.commit")
+            events = await until(b, "conversation.item.done")
+            (done,) = [e for e in events if e.type.endswith("transcription.completed")]
+            assert done.usage.seconds == pytest.approx(15, abs=0.1)
+            assert [e.type for e in await fill(a, 15)] == ["session.updated"]
+        # the closed sessions count nothing: a new one takes a full buffer (once the gateway
+        # has seen them close)
+        for _ in range(20):
+            async with session(gateway, **MANUAL) as c:
+                events = await fill(c, 30)
+                if [e.type for e in events] == ["session.updated"]:
+                    return
+                assert events[0].error.code == "memory_budget_exceeded", events
+            await asyncio.sleep(0.5)
+        raise AssertionError("the closed sessions' buffers still count after 10 s")
 
     asyncio.run(scenario())
 

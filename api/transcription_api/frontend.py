@@ -114,11 +114,14 @@ class FrontendLimits(CrdModel):
     )  # fmt: skip
     buffered_body_bytes: int = Field(
         default=128 * 1024**2, ge=1024**2, le=1024**4,
-        description="Bytes of request bodies a frontend replica holds in memory, all requests "
-        "together: a chat completion's JSON body is parsed whole and counts its length from "
-        "when it has arrived (it is spooled while it arrives) until its answer has been sent. "
+        description="Bytes of request bodies and realtime audio a frontend replica holds in "
+        "memory, all requests and sessions together: a chat completion's JSON body is parsed "
+        "whole and counts its length from when it has arrived (it is spooled while it arrives) "
+        "until its answer has been sent; a realtime session's input audio buffer (16-bit PCM, "
+        "not yet committed) counts its length, each append counted whole before it is decoded. "
         "Uploads are spooled and streamed, also to audio language models, and count nothing. "
-        "A body that would pass it: 503 with Retry-After. The default keeps the frontend's "
+        "A body that would pass it: 503 with Retry-After; an append: an error event "
+        "`memory_budget_exceeded`, and the session goes on. The default keeps the frontend's "
         "default 512Mi memory limit safe (parsing takes about twice a body, briefly).",
     )  # fmt: skip
     max_connections: int = Field(

@@ -21,7 +21,9 @@ known, before they read the body.
 Memory is shared too: `BodyBudget` counts the bytes of request bodies held in memory, all
 requests together (a chat completion's JSON, parsed whole once it has arrived: spooled
 until then), and refuses a body that would pass `buffered_body_bytes` with 503 and
-`Retry-After`, instead of growing until the replica is killed for its memory.
+`Retry-After`, instead of growing until the replica is killed for its memory. Realtime
+sessions count their input audio buffers in the same budget (`Held`, resized as a buffer
+grows and shrinks); an append that would pass it gets an error event instead.
 """
 
 from __future__ import annotations
@@ -170,32 +172,60 @@ class Uploads:
 
 
 class BodyBudget:
-    """Bytes of request bodies held in memory, all requests together (module docstring)."""
+    """Bytes of request bodies and realtime audio held in memory, all requests and sessions
+    together (module docstring)."""
 
     def __init__(self, limits: FrontendLimits) -> None:
         self.limits = limits
         self.bytes = 0
 
-    @contextmanager
-    def hold(self, size: int, what: str) -> Iterator[None]:
-        """Count `size` bytes of `what` in while the block runs (503 if they would pass the
-        budget); out once, however it ends."""
+    def check(self, size: int, what: str) -> None:
+        """APIError 503 if `size` more bytes of `what` would pass the budget."""
         cap = self.limits.buffered_body_bytes
         if self.bytes + size > cap:
             raise APIError(
                 503,
-                f"The gateway holds {self.bytes} bytes of request bodies in memory and this "
-                f"{what} of {size} bytes would pass its limit of {cap} bytes "
+                f"The gateway holds {self.bytes} bytes of request bodies and realtime audio in "
+                f"memory and this {what} of {size} bytes would pass its limit of {cap} bytes "
                 "(bufferedBodyBytes); retry shortly.",
                 type="server_error",
                 code="memory_budget_exceeded",
                 headers={"Retry-After": "1"},
             )
+
+    @contextmanager
+    def hold(self, size: int, what: str) -> Iterator[None]:
+        """Count `size` bytes of `what` in while the block runs (503 if they would pass the
+        budget); out once, however it ends."""
+        self.check(size, what)
         self.bytes += size
         try:
             yield
         finally:
             self.bytes -= size
+
+    def holder(self, what: str) -> Held:
+        """A count that grows and shrinks with what it holds (a realtime session's buffer)."""
+        return Held(self, what)
+
+
+class Held:
+    """Bytes one long-lived holder counts in the budget, as what it holds changes: `reserve`
+    grows the count unless that would pass the budget (`BodyBudget.check` raises, nothing
+    counted); `settle` sets it to what is held now, refusing nothing (the bytes are there).
+    `settle(0)` when the holder is gone."""
+
+    def __init__(self, budget: BodyBudget, what: str) -> None:
+        self.budget, self.what, self.size = budget, what, 0
+
+    def reserve(self, size: int) -> None:
+        if size > self.size:
+            self.budget.check(size - self.size, self.what)
+        self.settle(size)
+
+    def settle(self, size: int) -> None:
+        self.budget.bytes += size - self.size
+        self.size = size
 
 
 def content_length(scope: Scope) -> int | None:

@@ -19,7 +19,9 @@ without it an append past it is refused.
 Memory: an append is refused by the size its base64 tells before any of it is decoded
 (`realtime_max_append_bytes`), then decoded, converted and scored by the VAD one window
 (`WINDOW_CHARS`) at a time, the loop free between windows: what it costs beyond the text
-the WebSocket delivered does not grow with its size.
+the WebSocket delivered does not grow with its size. The buffer counts its bytes in the
+frontend's memory budget (`bufferedBodyBytes`, with the chat bodies held): an append that
+would pass it is refused whole (`memory_budget_exceeded`), before any of it is decoded.
 """
 
 from __future__ import annotations
@@ -103,6 +105,9 @@ class Session:
                 {"audio": {"input": {"transcription": {"model": model}}}}
             )
         self.elapsed_ms = 0.0  # audio written this session
+        # The buffer's bytes, counted in the frontend's memory budget (bufferedBodyBytes).
+        self.held = gw.body_budget.holder("realtime append")
+        self.pending = 0  # bytes of the append being decoded, not yet in the buffer
         self._set_format()
         self.speech: tuple[str, int] | None = None  # the turn in speech: item id, start ms
         self.previous: str | None = None  # the last committed item
@@ -115,6 +120,7 @@ class Session:
         """A new format or turn detection: the buffer and the VAD start again."""
         self.rate = FORMATS[self.config.input.format.type]
         self.buffer = bytearray()
+        self._count()
         self.buffer_start_ms = self.elapsed_ms
         self.to16k = To16k(self.rate)
         td = self.config.input.turn_detection
@@ -136,6 +142,7 @@ class Session:
             await self._commit_all(event.event_id)
         else:
             self.buffer.clear()
+            self._count()
             self.buffer_start_ms = self.elapsed_ms
             self.speech = None
             if self.detector is not None:
@@ -218,11 +225,29 @@ class Session:
     # ---- audio
 
     async def _append(self, event: Append) -> None:
-        self._check_append(event)
+        pcm_bytes = self._check_append(event)
+        try:  # counted in whole before any of it is decoded
+            self.held.reserve(len(self.buffer) + pcm_bytes)
+        except APIError as e:
+            raise EventError(e.message, code=e.code or "memory_budget_exceeded", param="audio",
+                             event_id=event.event_id, type="server_error") from None  # fmt: skip
+        self.pending = pcm_bytes
+        try:
+            await self._decode(event)
+        finally:
+            self.pending = 0
+            self._count()
+
+    def _count(self) -> None:
+        """The memory budget counts the buffer and what the append being decoded will add."""
+        self.held.settle(len(self.buffer) + self.pending)
+
+    async def _decode(self, event: Append) -> None:
         fmt = self.config.input.format.type
         for i in range(0, len(event.audio), WINDOW_CHARS):
             pcm = to_pcm16(fmt, base64.b64decode(event.audio[i : i + WINDOW_CHARS]))
             self.buffer += pcm
+            self.pending -= len(pcm)
             self.elapsed_ms += len(pcm) / 2 / self.rate * 1000
             if self.detector is None:
                 await asyncio.sleep(0)  # the loop serves others between windows
@@ -234,9 +259,9 @@ class Session:
                     await self._speech_stopped(ev.audio_end_ms)
             await self._bound()
 
-    def _check_append(self, event: Append) -> None:
+    def _check_append(self, event: Append) -> int:
         """EventError unless the append may be taken: checked on its base64 text, before any
-        of it is decoded."""
+        of it is decoded. Its length as PCM16, the buffer's format."""
         audio, limits = event.audio, self.limits
         if len(audio) % 4 or not _BASE64.fullmatch(audio):
             raise EventError("'audio' is not valid base64.", code="invalid_value", param="audio",
@@ -263,6 +288,7 @@ class Session:
                 "commit (input_audio_buffer.commit) or clear it first.",
                 code="input_audio_buffer_full", param="audio", event_id=event.event_id,
             )  # fmt: skip
+        return samples * 2
 
     def _detect(self, pcm: bytes) -> list[vad.SpeechStarted | vad.SpeechStopped]:
         assert self.detector is not None
@@ -302,6 +328,7 @@ class Session:
             return
         n = min(len(self.buffer) // 2, round((ms - self.buffer_start_ms) * self.rate / 1000))
         del self.buffer[: n * 2]
+        self._count()
         self.buffer_start_ms += n * 1000 / self.rate
 
     def _take(self, start_ms: float, end_ms: float) -> bytes:
@@ -390,6 +417,9 @@ class Session:
     async def close(self) -> None:
         """The client is gone: every turn still running is cancelled (and with it the
         worker's request)."""
+        self.buffer.clear()
+        self.pending = 0
+        self._count()
         for task in list(self.turns):
             task.cancel()
         if self.turns:
