@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from transcription_api.telemetry import quiet_this_process
+
+# The gateways and workers the benchmarks start report to no vendor.
+quiet_this_process()
+
 # Parts of a benchmark that run alone: name -> (module, function).
 PARTS = {"hostile-slots": ("hostile", "run_slots")}
 

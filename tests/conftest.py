@@ -12,7 +12,11 @@ from testkit.resources import make_td
 from testkit.standins import Behaviour, Running, serve, start, transformers_app, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
+from transcription_api.telemetry import quiet_this_process
 from transcription_api.v1alpha1 import TranscriptionDeployment
+
+# The gateways, workers and operators the suites start report to no vendor.
+quiet_this_process()
 
 # The transformers suite needs torch and transformers: it runs in its own environment
 # (`make test-transformers`, its own environment) and is not collected without them.
