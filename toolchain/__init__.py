@@ -244,6 +244,8 @@ def go_env() -> dict[str, str]:
 
 def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
     """Build every missing binary into the cache; a no-op when all are present."""
+    from toolchain import steps  # here: `python -m toolchain.steps` imports this package first
+
     todo = [
         (t, names) for t in tools if (names := [b for b in t.binaries if not t.path(b).exists()])
     ]
@@ -253,13 +255,16 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
     for t in tools:
         if t.built:
             say(f"{t.name} {t.version}: cached in {t.dir}")
+            steps.record(f"go {t.name}", 0, "cached")
     if todo and not shutil.which("go"):
         raise SystemExit("the Go toolchain is needed to build the test bed: install Go >= 1.26")
+    if len(todo) > 1 and (left := steps.total([f"go {t.name}" for t, _ in todo])):
+        say(f"{len(todo)} Go builds, one after another: {left}")
     for i, (t, names) in enumerate(todo, 1):
+        about = steps.estimate(f"go {t.name}")
         say(
             f"[{i}/{len(todo)}] building {t.name} {t.version} ({', '.join(names)}) "
-            "from the Go module proxy"
-            + ("; ~11 min on 2 cores, once" if t is KUBERNETES and len(names) > 2 else "")
+            f"from the Go module proxy{f'; {about}' if about else ''}"
         )
         start = time.monotonic()
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -276,7 +281,11 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
                 proc.wait(timeout=30)
                 break
             except subprocess.TimeoutExpired:
-                say(f"    ... still building {t.name} ({time.monotonic() - start:.0f}s)")
+                elapsed = time.monotonic() - start
+                about = steps.estimate(f"go {t.name}", elapsed)
+                say(
+                    f"    ... still building {t.name} ({elapsed:.0f}s{f'; {about}' if about else ''})"
+                )
         if proc.returncode:
             shutil.rmtree(tmp, ignore_errors=True)
             raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
@@ -288,6 +297,7 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
             (tmp / b).rename(t.path(b))
         shutil.rmtree(tmp, ignore_errors=True)
         _copy_data(t)
+        steps.record(f"go {t.name}", time.monotonic() - start)
         say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
     if (
         GO_CACHE.exists()

@@ -1,0 +1,89 @@
+"""Where `make test`'s time goes (toolchain/steps.py): estimates from the last run or the
+typical fresh machine, the run's record, and its report, also when a step fails."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain import steps
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, file in [("HERE", ""), ("RUN", "run.jsonl"), ("DONE", "last-run.jsonl"),
+                       ("LAST", "last.json")]:  # fmt: skip
+        monkeypatch.setattr(steps, name, tmp_path / file if file else tmp_path)
+    return tmp_path
+
+
+def test_an_estimate_comes_from_the_last_time_else_the_typical_machine() -> None:
+    assert steps.estimate("go kubernetes") == "about 10 min (on a fresh 2-core machine)"
+    assert steps.estimate("go never-built") == ""
+    steps.record("go kubernetes", 300)  # no run began: the estimate only
+    assert not steps.RUN.exists()
+    assert steps.estimate("go kubernetes") == "about 5 min (last time)"
+    assert steps.estimate("go kubernetes", 120) == "about 3 min left of 5 min (last time)"
+    assert steps.estimate("go kubernetes", 400) == "longer than 5 min last time"
+    assert steps.estimate("go etcd", 10) == "about 30 s left of 40 s (on a fresh 2-core machine)"
+
+
+def test_cached_and_failed_steps_leave_the_estimate_alone() -> None:
+    steps.record("go helm", 60)
+    steps.record("go helm", 0, "cached")
+    steps.record("go helm", 5, "failed (1)")
+    assert json.loads(steps.LAST.read_text()) == {"go helm": 60}
+
+
+def test_a_total_needs_every_step_known() -> None:
+    assert steps.total(["go keda", "go flux"]) == "about 11 min in all"
+    assert steps.total(["go keda", "go unknown"]) == ""
+    assert steps.total([]) == ""
+
+
+def test_a_run_reports_make_steps_in_order_then_builds_and_modules_slowest_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    steps.begin()
+    assert steps.run("first", [sys.executable, "-c", "pass"]) == 0
+    steps.record("image base", 0, "cached")
+    steps.record("go kubernetes", 592)
+    steps.record("image frontend", 138)
+    for i in range(steps.SLOWEST + 3):
+        steps.record(f"tests/test_{i:02}.py", i, "ran", kind="suite")
+    steps.record("second", 7, "done", "make")
+    steps.end()
+    assert not steps.RUN.exists() and steps.DONE.exists()
+    text = capsys.readouterr().out
+    lines = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
+    assert lines[:5] == ["first", "second", "go", "image", "image"], text
+    assert text.index("kubernetes") < text.index("frontend") < text.index("base")
+    modules = [line for line in lines if line.startswith("tests/")]
+    assert modules[0] == f"tests/test_{steps.SLOWEST + 2:02}.py"
+    assert len(modules) == steps.SLOWEST
+    assert "wall time from the start" in text
+    assert steps.report() == text.rstrip("\n")  # the last run's, once it ended
+    steps.record("tests/test_later.py", 1, "ran", kind="suite")  # after the end: not in it
+    assert "test_later" not in steps.report()
+
+
+def test_a_failed_step_ends_the_run_with_its_report(capsys: pytest.CaptureFixture[str]) -> None:
+    steps.begin()
+    rc = steps.run("lint", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert rc == 3
+    text = capsys.readouterr().out
+    assert "lint" in text and "failed (3)" in text
+    assert not steps.RUN.exists()
+
+
+def test_the_command_line_refuses_what_it_does_not_know(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert steps.main(["run", "x"]) == 2
+    assert steps.main(["record", "x"]) == 2
+    assert "python -m toolchain.steps begin" in capsys.readouterr().err
+    assert steps.main(["record", "venv", "12"]) == 0
+    assert json.loads(steps.LAST.read_text()) == {"venv": 12}

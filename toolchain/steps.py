@@ -1,0 +1,207 @@
+"""Where a long command's time goes, and how much of it is left.
+
+Each step of a first run (a Go build, an image, a Python environment, a test suite) records
+how long it took and whether it did its work or found it cached. The next run's progress
+lines estimate what is left from those times (`estimate`), or, on a machine that never ran
+one, from the times measured on a fresh 2-core machine (`TYPICAL`). `make test` starts a
+record (`begin`), times its own steps (`run`) and prints the record at its end (`report`),
+also when a step fails.
+
+    python -m toolchain.steps begin                    start this run's record
+    python -m toolchain.steps run NAME -- COMMAND...   run a step, timed; the record on failure
+    python -m toolchain.steps record NAME SECONDS      record a step a recipe timed itself
+    python -m toolchain.steps end                      print this run's record; it ends
+    python -m toolchain.steps report                   print it (or the last run's)
+
+Only the standard library is used: the Makefile runs it before the virtual environment exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+HERE = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    / "transcription-operator"
+    / "steps"
+)
+RUN = HERE / "run.jsonl"  # this run's steps, one JSON object a line
+DONE = HERE / "last-run.jsonl"  # the last run's, once reported
+LAST = HERE / "last.json"  # each step's time the last time it did its work
+
+# Seconds each step took on a fresh 2-core machine with empty caches (the cold `make test`
+# of 2026-12-02, issue 36): the estimate before this machine has times of its own.
+TYPICAL: dict[str, float] = {
+    "go kubernetes": 592, "go keda": 476, "go flux": 158, "go kube-router": 111,
+    "go kwok": 94, "go prometheus": 91, "go helm": 78, "go coredns": 77,
+    "go containerd": 73, "go etcd": 40, "go actionlint": 4,
+    "image base": 166, "image frontend": 138, "image operator": 79, "image worker-cpu": 69,
+}  # fmt: skip
+
+
+SLOWEST = 12  # test modules the report lists
+
+
+def _last() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in json.loads(LAST.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def expected(name: str) -> tuple[float, str] | None:
+    """What step `name` should take, and where that figure comes from; None if unknown."""
+    if (seconds := _last().get(name)) is not None:
+        return seconds, "last time"
+    if name in TYPICAL:
+        return TYPICAL[name], "on a fresh 2-core machine"
+    return None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def estimate(name: str, elapsed: float | None = None) -> str:
+    """'about 10 min (last time)', or with `elapsed`: 'about 4 min left of 10 min (last
+    time)'; '' when nothing is known of the step."""
+    known = expected(name)
+    if known is None:
+        return ""
+    seconds, source = known
+    if elapsed is None:
+        return f"about {_minutes(seconds)} ({source})"
+    left = seconds - elapsed
+    if left <= 0:
+        return f"longer than {_minutes(seconds)} {source}"
+    return f"about {_minutes(left)} left of {_minutes(seconds)} ({source})"
+
+
+def total(names: list[str]) -> str:
+    """'about 19 min in all (...)' for steps still to do, '' if any is unknown."""
+    known = [expected(n) for n in names]
+    if not names or any(k is None for k in known):
+        return ""
+    return f"about {_minutes(sum(k[0] for k in known if k))} in all"
+
+
+def record(name: str, seconds: float, state: str = "built", kind: str = "build") -> None:
+    """Note a step in this run's record (`kind`: "make" for make's own steps, "build" for
+    the builds inside them); a step that did its work also sets its estimate."""
+    try:
+        HERE.mkdir(parents=True, exist_ok=True)
+        if RUN.exists():  # a run that began (`make test`); other commands set estimates only
+            with RUN.open("a") as f:
+                f.write(json.dumps({"step": name, "seconds": round(seconds, 1), "state": state,
+                                    "kind": kind, "at": time.time()}) + "\n")  # fmt: skip
+        if state in ("built", "done", "ran"):  # not when cached or failed
+            last = _last()
+            last[name] = round(seconds, 1)
+            tmp = LAST.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps(last, indent=1, sort_keys=True))
+            tmp.replace(LAST)
+    except OSError as e:  # a record is never worth failing a build for
+        print(f"[steps] not recorded ({e})", file=sys.stderr)
+
+
+def begin() -> None:
+    HERE.mkdir(parents=True, exist_ok=True)
+    RUN.write_text(json.dumps({"begin": time.time()}) + "\n")
+
+
+def steps() -> tuple[float | None, float | None, list[dict[str, object]]]:
+    """This run's start (None without `begin`), its end (None while it runs) and its steps,
+    in order."""
+    start, stop, out = None, None, []
+    try:
+        lines = (RUN if RUN.exists() else DONE).read_text().splitlines()
+    except OSError:
+        return None, None, []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if "begin" in entry:
+            start = float(entry["begin"])
+        elif "end" in entry:
+            stop = float(entry["end"])
+        else:
+            out.append(entry)
+    return start, stop, out
+
+
+def report(out: TextIO | None = None) -> str:
+    """This run's steps: make's own in order, then the builds inside them, slowest first,
+    then the wall time since `begin`."""
+    start, stop, done = steps()
+    if not done:
+        return ""
+    width = max(len(str(s["step"])) for s in done) + 2
+    make = [s for s in done if s.get("kind") == "make"]
+    inner = sorted((s for s in done if s.get("kind") == "build"), key=lambda s: -_secs(s))
+    suites = sorted((s for s in done if s.get("kind") == "suite"), key=lambda s: -_secs(s))
+    lines = ["", "Where this run's time went:"]
+    for title, group in [("make's steps, in order:", make),
+                         ("the builds inside them, slowest first:", inner),
+                         ("the slowest test modules (fixtures' set-up included):",
+                          suites[:SLOWEST])]:  # fmt: skip
+        if group:
+            lines.append(f"  {title}")
+            lines += [f"    {s['step']!s:<{width}}{_secs(s):7.0f} s  {s['state']}" for s in group]
+    if start is not None:
+        wall = (stop or time.time()) - start
+        lines.append(f"  wall time from the start: {wall:.0f} s ({wall / 60:.1f} min)")
+    text = "\n".join(lines)
+    print(text, file=out or sys.stdout, flush=True)
+    return text
+
+
+def _secs(step: dict[str, object]) -> float:
+    return float(str(step["seconds"]))
+
+
+def end() -> None:
+    """The run is over: its record is printed and kept as the last run's."""
+    if RUN.exists():
+        with RUN.open("a") as f:
+            f.write(json.dumps({"end": time.time()}) + "\n")
+        RUN.replace(DONE)
+    report()
+
+
+def run(name: str, command: list[str]) -> int:
+    """Run a step of make's, timed; its exit status. On failure, the run ends there."""
+    start = time.monotonic()
+    rc = subprocess.call(command)
+    record(name, time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})", "make")
+    if rc:
+        end()
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["begin"]:
+        begin()
+    elif argv[:1] == ["report"]:
+        report()
+    elif argv[:1] == ["end"]:
+        end()
+    elif argv[:1] == ["record"] and len(argv) == 3:
+        record(argv[1], float(argv[2]), "done", "make")
+    elif argv[:1] == ["run"] and len(argv) > 3 and argv[2] == "--":
+        return run(argv[1], argv[3:])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
