@@ -1,4 +1,4 @@
-"""python -m bench [frontend|gateway|hostile|hostile-slots|hostile-bodies|worker|worker-settings|keywords|realtime|
+"""python -m bench [frontend|gateway|hostile|hostile-slots|hostile-realtime|hostile-bodies|worker|worker-settings|keywords|realtime|
 realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from transcription_api.telemetry import quiet_this_process
 quiet_this_process()
 
 # Parts of a benchmark that run alone: name -> (module, function).
-PARTS = {"hostile-slots": ("hostile", "run_slots")}
+PARTS = {"hostile-slots": ("hostile", "run_slots"), "hostile-realtime": ("hostile", "run_realtime")}
 
 
 def main() -> int:
@@ -26,6 +26,7 @@ def main() -> int:
             "gateway",
             "hostile",
             "hostile-slots",
+            "hostile-realtime",
             "hostile-bodies",
             "worker",
             "worker-settings",

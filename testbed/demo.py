@@ -100,7 +100,7 @@ def _adopt() -> list[str]:
 def up() -> int:
     scaling = os.environ.get("DEMO_SCALING") == "1"
     step(1, "local Kubernetes test bed with a real node (the first run compiles binaries and "
-            "builds images: about half an hour on 2 cores, then cached)"
+            "builds images: about 20 minutes on 2 cores, then cached)"
             + ("" if scaling else "; without KEDA (make demo SCALING=1 adds it)"))  # fmt: skip
     testbed.cluster.up(scaling=scaling)
     refs = images.refs()
