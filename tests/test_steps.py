@@ -52,6 +52,9 @@ def test_a_run_reports_make_steps_in_order_then_builds_and_modules_slowest_first
     steps.record("image base", 0, "cached")
     steps.record("go kubernetes", 592)
     steps.record("image frontend", 138)
+    steps.record("image frontend", 0, "cached")  # asked again later: found built
+    steps.record("go helm", 0, "cached")
+    steps.record("go helm", 0, "cached")
     for i in range(steps.SLOWEST + 3):
         steps.record(f"tests/test_{i:02}.py", i, "ran", kind="suite")
     steps.record("second", 7, "done", "make")
@@ -59,8 +62,10 @@ def test_a_run_reports_make_steps_in_order_then_builds_and_modules_slowest_first
     assert not steps.RUN.exists() and steps.DONE.exists()
     text = capsys.readouterr().out
     lines = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
-    assert lines[:5] == ["first", "second", "go", "image", "image"], text
-    assert text.index("kubernetes") < text.index("frontend") < text.index("base")
+    assert lines[:4] == ["first", "second", "go", "image"], text
+    assert text.index("kubernetes") < text.index("frontend") < text.index("found cached")
+    assert "  found cached: image base, go helm\n" in text  # each once; frontend was built
+    assert text.count("frontend") == 1
     modules = [line for line in lines if line.startswith("tests/")]
     assert modules[0] == f"tests/test_{steps.SLOWEST + 2:02}.py"
     assert len(modules) == steps.SLOWEST
@@ -85,5 +90,5 @@ def test_the_command_line_refuses_what_it_does_not_know(
     assert steps.main(["run", "x"]) == 2
     assert steps.main(["record", "x"]) == 2
     assert "python -m toolchain.steps begin" in capsys.readouterr().err
-    assert steps.main(["record", "venv", "12"]) == 0
-    assert json.loads(steps.LAST.read_text()) == {"venv": 12}
+    assert steps.main(["record", "environment .venv", "12"]) == 0
+    assert json.loads(steps.LAST.read_text()) == {"environment .venv": 12}

@@ -9,7 +9,7 @@ also when a step fails.
 
     python -m toolchain.steps begin                    start this run's record
     python -m toolchain.steps run NAME -- COMMAND...   run a step, timed; the record on failure
-    python -m toolchain.steps record NAME SECONDS      record a step a recipe timed itself
+    python -m toolchain.steps record NAME SECONDS      record a build a recipe timed itself
     python -m toolchain.steps end                      print this run's record; it ends
     python -m toolchain.steps report                   print it (or the last run's)
 
@@ -145,7 +145,14 @@ def report(out: TextIO | None = None) -> str:
         return ""
     width = max(len(str(s["step"])) for s in done) + 2
     make = [s for s in done if s.get("kind") == "make"]
-    inner = sorted((s for s in done if s.get("kind") == "build"), key=lambda s: -_secs(s))
+    # A build is asked for by every command that needs it: once built, later asks find it
+    # cached. Each build once: its time where it did its work, else one "cached".
+    builds: dict[str, dict[str, object]] = {}
+    for s in done:
+        if s.get("kind") == "build" and (s["step"] not in builds or s["state"] != "cached"):
+            builds[str(s["step"])] = s
+    inner = sorted((s for s in builds.values() if s["state"] != "cached"), key=lambda s: -_secs(s))
+    cached = [name for name, s in builds.items() if s["state"] == "cached"]
     suites = sorted((s for s in done if s.get("kind") == "suite"), key=lambda s: -_secs(s))
     lines = ["", "Where this run's time went:"]
     for title, group in [("make's steps, in order:", make),
@@ -155,6 +162,8 @@ def report(out: TextIO | None = None) -> str:
         if group:
             lines.append(f"  {title}")
             lines += [f"    {s['step']!s:<{width}}{_secs(s):7.0f} s  {s['state']}" for s in group]
+        if group is inner and cached:
+            lines.append(f"  found cached: {', '.join(cached)}")
     if start is not None:
         wall = (stop or time.time()) - start
         lines.append(f"  wall time from the start: {wall:.0f} s ({wall / 60:.1f} min)")
@@ -194,7 +203,7 @@ def main(argv: list[str]) -> int:
     elif argv[:1] == ["end"]:
         end()
     elif argv[:1] == ["record"] and len(argv) == 3:
-        record(argv[1], float(argv[2]), "done", "make")
+        record(argv[1], float(argv[2]))  # an environment or packages, inside make's steps
     elif argv[:1] == ["run"] and len(argv) > 3 and argv[2] == "--":
         return run(argv[1], argv[3:])
     else:
