@@ -55,6 +55,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +283,10 @@ async def _holding(url: str, parts: list[str], stop: threading.Event,
         outcomes[f"{type(e).__name__}: {e}"[:80]] += 1
 
 
+async def _all(sessions: Iterable[Coroutine[Any, Any, None]]) -> None:
+    await asyncio.gather(*sessions)
+
+
 async def _finding_append(url: str, audio: str, outcomes: Counter[str]) -> None:
     """One session sending the finding's append: how it was answered."""
     try:
@@ -312,58 +317,36 @@ def realtime(fe: Proc, url: str, wav: bytes, seconds: float) -> list[dict[str, A
 
     asyncio.run(warm())
 
-    def appending() -> tuple[list[float], Counter[str], Counter[str]]:
-        stop = threading.Event()
-        outcomes: Counter[str] = Counter()
+    def beside(sessions: Callable[[threading.Event, Counter[str]], Coroutine[Any, Any, Any]],
+               seconds: float) -> Callable[[], tuple[list[float], Counter[str], Counter[str]]]:  # fmt: skip
+        """Sessions in a thread of their own while good requests are sent for `seconds`;
+        then `stop` is set for them."""
 
-        async def sessions() -> None:
-            await asyncio.gather(*(_appending(ws_url, largest, i % 2 == 1, stop, outcomes)
-                                   for i in range(SESSIONS)))  # fmt: skip
+        def during() -> tuple[list[float], Counter[str], Counter[str]]:
+            stop = threading.Event()
+            outcomes: Counter[str] = Counter()
+            thread = threading.Thread(target=asyncio.run, args=(sessions(stop, outcomes),))
+            thread.start()
+            try:
+                good, failed = _good_requests(url, wav, seconds)
+            finally:
+                stop.set()
+                thread.join(timeout=180)
+            return good, failed, outcomes
 
-        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
-        thread.start()
-        try:
-            good, failed = _good_requests(url, wav, seconds)
-        finally:
-            stop.set()
-            thread.join(timeout=180)
-        return good, failed, outcomes
+        return during
 
-    def finding() -> tuple[list[float], Counter[str], Counter[str]]:
-        outcomes: Counter[str] = Counter()
-        audio = "A" * FINDING_APPEND
-
-        async def sessions() -> None:
-            await asyncio.gather(*(_finding_append(ws_url, audio, outcomes)
-                                   for _ in range(SESSIONS)))  # fmt: skip
-
-        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
-        thread.start()
-        try:
-            good, failed = _good_requests(url, wav, min(seconds, 10.0))
-        finally:
-            thread.join(timeout=180)
-        return good, failed, outcomes
-
-    def holding() -> tuple[list[float], Counter[str], Counter[str]]:
-        stop = threading.Event()
-        outcomes: Counter[str] = Counter()
-        full = round(FrontendLimits().realtime_max_buffer_seconds * 24000 * 2)
-        pcm = rng.integers(-3000, 3000, full // 2, dtype="<i2").tobytes()
-        parts = [base64.b64encode(pcm[i : i + size]).decode() for i in range(0, full, size)]
-
-        async def sessions() -> None:
-            await asyncio.gather(*(_holding(ws_url, parts, stop, outcomes)
-                                   for _ in range(HOLDING)))  # fmt: skip
-
-        thread = threading.Thread(target=asyncio.run, args=(sessions(),))
-        thread.start()
-        try:
-            good, failed = _good_requests(url, wav, seconds)
-        finally:
-            stop.set()
-            thread.join(timeout=180)
-        return good, failed, outcomes
+    full = round(FrontendLimits().realtime_max_buffer_seconds * 24000 * 2)
+    pcm = rng.integers(-3000, 3000, full // 2, dtype="<i2").tobytes()
+    parts = [base64.b64encode(pcm[i : i + size]).decode() for i in range(0, full, size)]
+    appending = beside(lambda stop, outcomes: _all(
+        _appending(ws_url, largest, i % 2 == 1, stop, outcomes) for i in range(SESSIONS)),
+        seconds)  # fmt: skip
+    finding = beside(lambda _, outcomes: _all(
+        _finding_append(ws_url, "A" * FINDING_APPEND, outcomes) for _ in range(SESSIONS)),
+        min(seconds, 10.0))  # fmt: skip
+    holding = beside(lambda stop, outcomes: _all(
+        _holding(ws_url, parts, stop, outcomes) for _ in range(HOLDING)), seconds)  # fmt: skip
 
     rows = []
     for name, during in [(f"{SESSIONS} sessions appending the largest allowed appends "
