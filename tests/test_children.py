@@ -355,6 +355,30 @@ def test_pvc_weights_are_mounted_read_only() -> None:
     assert settings["model"] == "/weights/whisper"
 
 
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(("path", "model"), [(None, "/weights"), ("/tiny.en/", "/weights/tiny.en")])
+def test_oci_weights_are_one_image_volume_every_pool_mounts_read_only(
+    path: str | None, model: str
+) -> None:
+    image = f"registry.example.com/models/whisper-tiny.en:v1@{DIGEST}"
+    spec = {"name": "m", "source": "oci", "image": image, **({"path": path} if path else {})}
+    td = make_td({"model": spec, "engine": "faster-whisper",
+                  "pools": [{"name": "a", "mode": "sequential"}, {"name": "b"}]})  # fmt: skip
+    workers = [m for m in build(td, CFG) if m["kind"] == "Deployment"
+               and m["metadata"]["name"] != "whisper-frontend"]  # fmt: skip
+    assert len(workers) == 2
+    for dep in workers:
+        pod = dep["spec"]["template"]["spec"]
+        assert {"name": "weights", "image": {"reference": image}} in pod["volumes"]
+        [c] = pod["containers"]
+        assert {"name": "weights", "mountPath": "/weights", "readOnly": True} in c["volumeMounts"]
+        settings = json.loads(c["env"][0]["value"])
+        assert settings["model"] == model
+        assert {e["name"]: e.get("value") for e in c["env"]}["HF_HUB_OFFLINE"] == "1"
+
+
 def test_api_key_secret_is_mounted_into_the_frontend() -> None:
     td = make_td(
         {"model": {"name": "m"}, "frontend": {"apiKeySecret": {"name": "keys", "key": "keys.txt"}}}
@@ -368,11 +392,12 @@ def test_api_key_secret_is_mounted_into_the_frontend() -> None:
     ]
 
 
-@pytest.mark.parametrize("source", ["hub", "image", "pvc"])
+@pytest.mark.parametrize("source", ["hub", "image", "pvc", "oci"])
 def test_every_container_turns_telemetry_off_and_only_hub_pools_may_reach_the_hub(
     source: str,
 ) -> None:
-    model = {"name": "m", "source": source, "path": "/w", "claimName": "weights"}
+    model = {"name": "m", "source": source, "path": "/w",
+             **({"image": "weights:v1"} if source == "oci" else {"claimName": "weights"})}  # fmt: skip
     pool_env = [{"name": "DO_NOT_TRACK", "value": "0"}]  # the pool's own env wins
     td = make_td({"model": {k: v for k, v in model.items() if source != "hub" or k == "name"},
                   "engine": "faster-whisper",

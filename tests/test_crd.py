@@ -12,6 +12,7 @@ from transcription_api import crd
 from transcription_api import v1alpha1 as api
 from transcription_api.frontend import TENANTS_RULES
 from transcription_api.v1alpha1 import TranscriptionDeploymentSpec
+from transcription_api.v1alpha1.model import OCI_REFERENCE
 
 
 def walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -154,6 +155,15 @@ INVALID_SPECS = [
     (
         {"model": {"name": "m", "source": "pvc"}},
         "model.source 'pvc' needs model.claimName and model.path",
+    ),
+    (
+        {"model": {"name": "m", "source": "oci"}},
+        "model.source 'oci' needs model.image (the OCI image or artifact holding the weights)",
+    ),
+    (
+        {"model": {"name": "m", "image": "weights:v1"}},
+        "model.image applies to source 'oci' only (source 'image' bakes the weights into the "
+        "worker image: spec.pools[].image)",
     ),
     (
         {"model": {"name": "m"}, "pools": [{"name": "frontend"}]},
@@ -299,3 +309,18 @@ def test_docs_spec_reference_is_current() -> None:
 
     text = reference.PAGE.read_text()
     assert reference.render() in text, "run `python -m transcription_api.reference --write`"
+
+
+@pytest.mark.parametrize(
+    "image", ["oci://registry/x:v1", "Registry/X", "x:", "x@sha256:short", "a b", "x/:v1"]
+)
+def test_an_oci_reference_that_is_not_one_is_refused_by_the_schema(image: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        TranscriptionDeploymentSpec.model_validate(
+            {"model": {"name": "m", "source": "oci", "image": image}}
+        )
+    assert "model.image" in str(exc.value) and "should match pattern" in str(exc.value)
+    # the CRD carries the same pattern, so the API server refuses it too
+    schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    model = schema["properties"]["spec"]["properties"]["model"]["properties"]
+    assert model["image"]["pattern"] == OCI_REFERENCE

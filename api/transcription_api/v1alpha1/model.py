@@ -21,6 +21,15 @@ class WeightsSource(StrEnum):
     HUB = "hub"
     PVC = "pvc"
     IMAGE = "image"
+    OCI = "oci"
+
+
+# An OCI reference as a container's `image` takes it: [registry/]repository[:tag][@digest].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+OCI_REFERENCE = (
+    rf"^{_COMPONENT}(?::[0-9]+)?(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
 
 
 class CacheSpec(CrdModel):
@@ -48,6 +57,18 @@ MODEL_RULES: list[Rule[ModelSpec]] = [
         "self.source != 'image' || has(self.path)",
         "model.source 'image' needs model.path (the weights' directory in the image)",
         lambda m: m.source != WeightsSource.IMAGE or bool(m.path),
+    ),
+    Rule(
+        "self.source != 'oci' || has(self.image)",
+        "model.source 'oci' needs model.image (the OCI image or artifact holding the weights)",
+        lambda m: m.source != WeightsSource.OCI or bool(m.image),
+    ),
+    Rule(
+        "!has(self.image) || self.source == 'oci'",
+        "model.image applies to source 'oci' only (source 'image' bakes the weights into the "
+        "worker image: spec.pools[].image)",
+        lambda m: m.image is None or m.source == WeightsSource.OCI,
+        field_path=".image",
     ),
     Rule(
         "!has(self.aliases) || self.aliases.all(a, self.aliases.exists_one(b, b == a))",
@@ -96,14 +117,26 @@ class ModelSpec(CrdModel):
     source: WeightsSource = Field(
         default=WeightsSource.HUB,
         description="Where weights come from: 'hub' (downloaded into the cache volume), "
-        "'pvc' (a directory on a PersistentVolumeClaim) or 'image' (baked into the worker "
-        "image).",
+        "'pvc' (a directory on a PersistentVolumeClaim), 'image' (baked into the worker "
+        "image) or 'oci' (an OCI image or artifact, `image`, mounted read-only in every "
+        "pool as an image volume: Kubernetes 1.35+, or 1.33+ with the ImageVolume feature "
+        "gate, and containerd 2.1+ or CRI-O 1.31+).",
     )
     path: str | None = Field(
         default=None,
-        description="Directory of the weights: within the claim for 'pvc', in the image for "
-        "'image'.",
+        description="Directory of the weights: within the claim for 'pvc', in the worker "
+        "image for 'image', within the OCI image for 'oci' (default: its root).",
         max_length=1024,
+    )
+    image: str | None = Field(
+        default=None,
+        description="Source 'oci': the OCI image or artifact holding the weights, as a "
+        "container's `image` takes it (registry/repository:tag@sha256:digest). Pin it by "
+        "digest: a tag can move under running pools, and a digest makes each rollout "
+        "explicit. Pulled with the pool's image pull secrets; pack a model directory into "
+        "one with `python -m transcription_api.weights pack`.",
+        max_length=512,
+        pattern=OCI_REFERENCE,
     )
     claim_name: str | None = Field(
         default=None,

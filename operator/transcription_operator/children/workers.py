@@ -42,8 +42,8 @@ def worker_image(td: TranscriptionDeployment, cfg: OperatorConfig, pool: Planned
 def worker_settings(td: TranscriptionDeployment, pool: PlannedPool) -> WorkerSettings:
     m = td.spec.model
     p = pool.spec
-    if m.source == WeightsSource.PVC:
-        model = f"{WEIGHTS_DIR}/{(m.path or '').strip('/')}"
+    if m.source in (WeightsSource.PVC, WeightsSource.OCI):
+        model = f"{WEIGHTS_DIR}/{(m.path or '').strip('/')}".rstrip("/")
     elif m.source == WeightsSource.IMAGE:
         model = m.path or m.name
     else:
@@ -95,6 +95,11 @@ def _worker_volumes(td: TranscriptionDeployment, pool: PlannedPool) -> tuple[lis
                 "persistentVolumeClaim": {"claimName": m.claim_name, "readOnly": True},
             }
         )
+        mounts.append({"name": "weights", "mountPath": WEIGHTS_DIR, "readOnly": True})
+    elif m.source == WeightsSource.OCI:
+        # An image volume: the kubelet pulls the image (or artifact) like a container's and
+        # mounts its file system read-only; every pool of the deployment mounts the same one.
+        volumes.append({"name": "weights", "image": {"reference": m.image}})
         mounts.append({"name": "weights", "mountPath": WEIGHTS_DIR, "readOnly": True})
     if shm := pool.profile.shared_memory:
         # The engine's worker processes exchange tensors through shared memory.
