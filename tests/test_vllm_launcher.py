@@ -88,8 +88,11 @@ def test_managed_flags_cannot_be_overridden() -> None:
 
 
 def test_local_model_directory_is_checked(tmp_path: Path) -> None:
-    with pytest.raises(LaunchError, match=r"has no config\.json"):
+    (tmp_path / "model.bin").write_text("")  # CTranslate2's, not vLLM's
+    with pytest.raises(LaunchError, match=r"has no config\.json \(Hugging Face weights\): it "
+                       r"holds model\.bin\. Check spec\.model\.path"):  # fmt: skip
         vllm_args(settings(model=str(tmp_path)))
+    (tmp_path / "model.bin").unlink()
     (tmp_path / "config.json").write_text(
         json.dumps({"encoder_attention_heads": 20, "decoder_attention_heads": 20})
     )

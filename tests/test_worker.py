@@ -559,14 +559,23 @@ def test_a_worker_given_a_gpu_it_cannot_use_fails_its_startup_probe_with_the_rea
 
 
 def test_a_model_directory_without_weights_says_so(tmp_path: Path) -> None:
-    """Source image or pvc with a wrong spec.model.path: the container's last words (what
-    status shows for CrashLoopBackOff) name the path and the field, not a hub traceback."""
+    """Source image, pvc or oci with a wrong spec.model.path: the container's last words (what
+    status shows for CrashLoopBackOff) name the path, what is there instead and the field, not
+    a hub traceback."""
     from transcription_worker import main
 
-    for path in (tmp_path / "not-there", tmp_path):
+    (tmp_path / "tiny.en").mkdir()
+    (tmp_path / "README.md").write_text("weights are in tiny.en/")
+    check = ("Check spec.model.path (for source 'pvc', that the claim holds the weights there; "
+             "for source 'oci', that the image holds them there)")  # fmt: skip
+    for path, found in [
+        (tmp_path / "not-there", f"it does not exist; {tmp_path} holds README.md, tiny.en/"),
+        (tmp_path, "it holds README.md, tiny.en/"),
+        (tmp_path / "tiny.en", "it holds nothing"),
+    ]:
         with pytest.raises(SystemExit) as e:
             main.main(["--model", str(path)])
         assert str(e.value) == (
             f"error: model directory {path} has no model.bin (CTranslate2 Whisper weights): "
-            "check spec.model.path (and, for source 'pvc', that the claim holds the weights)"
+            f"{found}. {check}"
         )

@@ -21,6 +21,7 @@ from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
 from .batcher import Lane
 from .device import DeviceError
+from .localmodel import missing
 from .server import WorkerConfig, create_app
 from .transcriber import Transcriber
 
@@ -119,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     model = s.model
     if model.startswith("/") and not os.path.isfile(os.path.join(model, "model.bin")):
         # A local directory (source image or pvc), never a hub id: say what is wrong.
-        raise SystemExit(
-            f"error: model directory {model} has no model.bin (CTranslate2 Whisper weights): "
-            "check spec.model.path (and, for source 'pvc', that the claim holds the weights)"
-        )
+        raise SystemExit("error: " + missing(model, "model.bin", "CTranslate2 Whisper weights"))
     if not os.path.isdir(model):
         from faster_whisper import download_model
 

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import WorkerSettings, managed_flag, managed_flag_message
 
+from ..localmodel import missing
 from . import english_only
 from .base import Launcher, LaunchError
 
@@ -95,10 +96,7 @@ def check_model(s: WorkerSettings) -> None:
     path = Path(s.model)
     config = path / "config.json"
     if not config.is_file():
-        raise LaunchError(
-            f"model directory {path} has no config.json: check spec.model.path "
-            "(and, for source 'pvc', that the claim holds the weights)"
-        )
+        raise LaunchError(missing(s.model, "config.json", "Hugging Face weights"))
     if s.gpus > 1:
         cfg = json.loads(config.read_text())
         for key in ("encoder_attention_heads", "decoder_attention_heads", "num_attention_heads"):
