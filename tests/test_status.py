@@ -605,3 +605,33 @@ def test_a_frontend_rollout_stuck_behind_its_old_replica_reads_the_same(
     st = observe(vllm_td, [batch, fe], (pods, events))
     assert conditions(st)["Degraded"] == ("True", "ProgressDeadlineExceeded")
     assert conditions(st)["Ready"] == ("True", "ProgressDeadlineExceeded")
+
+
+def _worker_pod(pool: str, ref: str | None) -> dict[str, Any]:
+    mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "weights", "mountPath": "/weights"}]
+    if ref:
+        mounts[1]["volumeStatus"] = {"image": {"imageRef": ref}}
+    return {
+        "metadata": {"name": f"w-{pool}", "uid": pool, "labels": {
+            "app.kubernetes.io/component": "worker", "transcription.dev/pool": pool}},
+        "status": {"containerStatuses": [{"name": "engine", "volumeMounts": mounts}]},
+    }  # fmt: skip
+
+
+def test_oci_weights_show_the_image_whether_it_is_pinned_and_the_digests_mounted() -> None:
+    old, new = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    image = f"registry.example.com/models/tiny:v2@{new}"
+    td = make_td({"model": {"name": "m", "source": "oci", "image": image},
+                  "pools": [{"name": "a"}, {"name": "b"}]})  # fmt: skip
+    ref = "registry.example.com/models/tiny@"
+    pods = [_worker_pod("a", ref + old), _worker_pod("b", ref + new), _worker_pod("b", None)]
+    st = observe(td, [], (pods, {}))
+    assert st.weights is not None
+    assert (st.weights.image, st.weights.pinned) == (image, True)
+    assert st.weights.digests == [ref + old, ref + new]  # mid-rollout: both
+    body = status_body(st)
+    assert body["weights"] == {"image": image, "pinned": True, "digests": [ref + old, ref + new]}
+    tagged = make_td({"model": {"name": "m", "source": "oci", "image": "tiny:v2"}})
+    weights = observe(tagged, []).weights
+    assert weights is not None and (weights.pinned, weights.digests) == (False, [])
+    assert observe(make_td({"model": {"name": "m"}}), []).weights is None  # hub: none

@@ -49,6 +49,8 @@ from transcription_api.v1alpha1 import (
     ResourcesSpec,
     TranscriptionDeployment,
     TranscriptionDeploymentStatus,
+    WeightsSource,
+    WeightsStatus,
 )
 
 from .children import endpoint_url
@@ -340,7 +342,26 @@ def compute_status(
         endpoint=endpoint_url(td, cfg) if own else observed.gateway_endpoint,
         models=td.spec.model.served_names,
         gateways=observed.gateways,
+        weights=weights_status(td, observed.pods),
     )
+
+
+def weights_status(td: TranscriptionDeployment, pods: list[dict[str, Any]]) -> WeightsStatus | None:
+    """Source 'oci': the image the spec names, and the digests the workers' kubelets report
+    mounting (pod status: containerStatuses[].volumeMounts[].volumeStatus.image.imageRef)."""
+    m = td.spec.model
+    if m.source != WeightsSource.OCI or m.image is None:
+        return None
+    digests = {
+        ref
+        for pod in pods
+        if (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "worker"
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+        for mount in c.get("volumeMounts") or []
+        if mount.get("name") == "weights"
+        and (ref := ((mount.get("volumeStatus") or {}).get("image") or {}).get("imageRef"))
+    }
+    return WeightsStatus(image=m.image, pinned="@sha256:" in m.image, digests=sorted(digests))
 
 
 def not_routed(gateways: list[GatewayRouting]) -> str:

@@ -80,6 +80,7 @@ from .status import (
     NotReady,
     PoolStatus,
     TranscriptionDeploymentStatus,
+    WeightsStatus,
 )
 
 __all__ = [
@@ -150,6 +151,7 @@ __all__ = [
     "TranscriptionGatewaySpec",
     "TranscriptionGatewayStatus",
     "WeightsSource",
+    "WeightsStatus",
     "default_mode",
     "gateway_problems",
     "spec_problems",

@@ -91,6 +91,21 @@ class GatewayRouting(CrdModel):
     message: str = Field(default="", description="Why, naming the other resource.")
 
 
+class WeightsStatus(CrdModel):
+    """Source 'oci': the weights' image as the spec names it, and what the pools mount."""
+
+    image: str = Field(description="spec.model.image.")
+    pinned: bool = Field(
+        description="Whether spec.model.image names a digest; a tag alone can move under "
+        "running pools."
+    )
+    digests: list[str] = Field(
+        default_factory=list,
+        description="The image digests the worker pods' kubelets report mounting (one, but "
+        "during a rollout); empty where the kubelet does not report image volumes' digests.",
+    )
+
+
 class TranscriptionDeploymentStatus(CrdModel):
     """Observed state of a transcription service."""
 
@@ -107,6 +122,9 @@ class TranscriptionDeploymentStatus(CrdModel):
         default=None, description="Worker replicas across all pools, as ready/desired."
     )
     endpoint: str | None = Field(default=None, description="URL of the frontend Service.")
+    weights: WeightsStatus | None = Field(
+        default=None, description="Source 'oci': the weights' image and its digests."
+    )
     models: list[str] = Field(
         default_factory=list, description="Model names clients may send (primary first)."
     )
