@@ -26,6 +26,7 @@ from testbed.operators import deployed_on_the_real_node
 from testkit.audio import SENTENCES, wer
 from testkit.transcripts import client, transcribe
 from transcription_api import weights
+from transcription_operator.diagnose import parse_time
 
 NAME = "whisper-cpu"
 IMAGE = "testbed.local/weights/whisper-tiny.en"
@@ -45,7 +46,11 @@ def pack(tag: str, tmp: Path, extra: str = "") -> str:
         p.chmod(0o755 if p.is_dir() else 0o644)
     archive = tmp / f"weights-{tag}.tar"
     pinned = weights.pack(model, f"{IMAGE}:{tag}", path=PATH, archive=archive)
-    testbed.cluster.node().ctr("images", "import", "--local", str(archive), timeout=300)
+    node = testbed.cluster.node()
+    node.ctr("images", "import", "--local", str(archive), timeout=300)
+    # Named by its digest as well, as a pull by digest leaves it: the kubelet looks the
+    # volume's reference up by that name before it would pull (there is no registry here).
+    node.ctr("images", "tag", "--force", f"{IMAGE}:{tag}", pinned)
     return pinned
 
 
@@ -83,6 +88,13 @@ def test_the_pools_mount_the_weights_image_and_transcribe(
     [pod] = worker_pods(kubectl, stack)
     [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "weights"]
     assert volume["image"]["reference"] == first
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    started = (parse_time(ready["lastTransitionTime"])
+               - parse_time(pod["metadata"]["creationTimestamp"])).total_seconds()  # fmt: skip
+    print(f"worker pod with weights from {first}: Ready {started:.0f} s after it was created")
+    td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
+    print(f"status.weights: {td['status'].get('weights')}")
+    assert td["status"]["weights"]["image"] == first and td["status"]["weights"]["pinned"]
     sentence = SENTENCES[0]
     text = transcribe(client(service_url(kubectl, stack)), speech[sentence], "json")
     assert wer(sentence, text) <= 0.2, text
@@ -132,6 +144,7 @@ def test_a_new_digest_rolls_out_under_load_without_a_failed_request(
     finally:
         stop.set()
         thread.join(timeout=60)
+    print(f"rollout to {second}: {len(results)} transcriptions, {len(failures)} failed")
     assert not failures, failures
     assert len(results) >= 5 and all(wer(sentence, t) <= 0.2 for t in results), results
 
@@ -155,3 +168,21 @@ def test_a_path_the_image_lacks_is_a_status_naming_what_it_holds(
     assert f"/weights holds {PATH}/" in message, message
     kubectl("patch", "tdeploy", NAME, "-n", stack, "--type=merge",
             "-p", json.dumps({"spec": {"model": {"path": PATH}}}))  # fmt: skip
+
+
+def test_an_image_that_cannot_be_pulled_is_a_status_naming_it(kubectl: Kubectl, stack: str) -> None:
+    missing = f"{IMAGE}@sha256:{'0' * 64}"
+    kubectl("patch", "tdeploy", NAME, "-n", stack, "--type=merge",
+            "-p", json.dumps({"spec": {"model": {"image": missing, "path": PATH}}}))  # fmt: skip
+
+    def said() -> tuple[str, str] | None:
+        td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
+        for pool in td.get("status", {}).get("pools", []):
+            nr = pool.get("notReady") or {}
+            if nr.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                return str(nr["reason"]), str(nr.get("message", ""))
+        return None
+
+    reason, message = wait_for(said, timeout=240, what="the pool's status names the pull")
+    print(f"unpullable weights: {reason}: {message}")
+    assert f'cannot pull image "{missing}" of its volume weights' in message, message

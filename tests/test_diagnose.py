@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from transcription_operator.cache import slim_pod
 from transcription_operator.diagnose import (
     duration,
     is_failing,
@@ -240,3 +241,29 @@ def test_the_frontends_own_event_says_why_its_readiness_probe_fails() -> None:
     assert own["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                      "namespace": meta["namespace"], "uid": meta["uid"]}  # fmt: skip
     assert own["type"] == "Warning"  # the operator's watch selects Warning Events of pods
+
+
+def test_an_image_volume_that_cannot_be_pulled_is_named_not_the_containers_image() -> None:
+    """Weights from an OCI image (source oci): the kubelet reports the volume's failed pull on
+    the container that mounts it; status names the volume's image (seen on the real node)."""
+    pod, _ = case("image-pull-backoff")
+    weights = "registry.invalid/weights/tiny@sha256:" + "0" * 64
+    pod["spec"].setdefault("volumes", []).append(
+        {"name": "weights", "image": {"reference": weights}}
+    )
+    [cs] = pod["status"]["containerStatuses"]
+    cs["state"] = {
+        "waiting": {
+            "reason": "ImagePullBackOff",
+            "message": (
+                f'Back-off pulling image "{pod["spec"]["containers"][0]["image"]}": ErrImagePull: '
+                f'failed to pull and unpack image "{weights}": failed to resolve image: no such host'
+            ),
+        }
+    }  # fmt: skip (as the kubelet says it: the back-off names the container's image)
+    pod["spec"]["volumes"].append({"name": "scratch", "emptyDir": {}})
+    problem = pod_problem(slim_pod(pod), [], NOW)  # as the operator's watch cache keeps it
+    assert problem is not None and problem.reason == "ImagePullBackOff"
+    assert problem.message.startswith(
+        f'container engine cannot pull image "{weights}" of its volume weights: failed to pull'
+    ), problem.message

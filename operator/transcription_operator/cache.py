@@ -167,6 +167,12 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
                 k: [container(c) for c in spec.get(k) or []]
                 for k in ("initContainers", "containers")
             },
+            # Image volumes (weights from an OCI image): a failed pull names their image.
+            "volumes": [
+                {"name": v["name"], "image": v["image"]}
+                for v in spec.get("volumes") or []
+                if "image" in v
+            ],
         },
         "status": pod.get("status") or {},
     }

@@ -155,9 +155,15 @@ _PULL_WRAPPERS = re.compile(
 )
 
 
-def _pull(container: str, image: str, message: str) -> Problem:
+def _pull(pod: Obj, container: str, image: str, message: str) -> Problem:
+    """The image the kubelet cannot pull: the container's, or one of its image volumes' (a
+    volume's failed pull is reported on the container that mounts it)."""
     detail = _PULL_WRAPPERS.sub("", message.strip())
     text = f'container {container} cannot pull image "{image}"'
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        ref = str((volume.get("image") or {}).get("reference") or "")
+        if ref and f'"{ref}"' in message:  # the back-off wrapper may name the container's
+            text = f'container {container} cannot pull image "{ref}" of its volume {volume["name"]}'
     return Problem("ImagePullBackOff", text + (f": {_tail(detail)}" if detail else ""))
 
 
@@ -229,7 +235,7 @@ def pod_problem(pod: Obj, events: Sequence[Obj], now: datetime) -> Problem | Non
             reason = str(waiting.get("reason") or "")
             message = str(waiting.get("message") or "")
             if reason in _PULL:
-                return _pull(name, str(spec.get("image") or cs.get("image") or ""), message)
+                return _pull(pod, name, str(spec.get("image") or cs.get("image") or ""), message)
             if reason == "CrashLoopBackOff":
                 if last:
                     return _terminated(name, last, spec)
