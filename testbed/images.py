@@ -347,10 +347,7 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 _build_dockerfile(image, tmp)
             if image.in_store:  # a FROM of other images, or streamed into containerd
                 _drop_other_tags(image)
-                steps.record(f"image {image.name}", time.monotonic() - start)
-                say(
-                    f"    {image.name} built in {time.monotonic() - start:.0f}s (in the builder's store)"
-                )
+                _built(image, start, "(in the builder's store)")
                 continue
             part = tmp / "image.tar"
             buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
@@ -358,9 +355,15 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 buildah("rmi", "--force", ref(image), capture=True)
                 buildah("rmi", "--prune", capture=True, check=False)
             part.rename(archive(image))
-        steps.record(f"image {image.name}", time.monotonic() - start)
-        say(f"    {image.name} built in {time.monotonic() - start:.0f}s -> {archive(image)}")
+        _built(image, start, f"-> {archive(image)}")
     return refs()
+
+
+def _built(image: Image, start: float, where: str) -> None:
+    """Say it, and record its time for the next build's estimate (toolchain.steps)."""
+    took = time.monotonic() - start
+    steps.record(f"image {image.name}", took)
+    say(f"    {image.name} built in {took:.0f}s {where}")
 
 
 def _drop_other_tags(image: Image) -> None:

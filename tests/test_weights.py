@@ -40,7 +40,6 @@ def _blob(root: Path, digest: str) -> Path:
     return root / "blobs" / "sha256" / digest.removeprefix("sha256:")
 
 
-@pytest.mark.skipif(shutil.which("buildah") is None, reason="make test installs buildah")
 def test_a_model_directory_becomes_a_one_layer_image_pinned_by_digest(
     model: Path, tmp_path: Path, built: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
