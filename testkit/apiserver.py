@@ -37,6 +37,15 @@ PLURALS = {kind.plural for kind in KINDS.values()}
 CLUSTER_PLURALS = {kind.plural for kind in KINDS.values() if kind.cluster_scoped}
 
 
+def _drop_image_volumes(obj: dict[str, Any]) -> None:
+    """A pod template's image volumes, and the mounts of them, left out."""
+    pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    dropped = {v["name"] for v in pod.get("volumes") or [] if "image" in v}
+    pod["volumes"] = [v for v in pod.get("volumes") or [] if v["name"] not in dropped]
+    for c in pod.get("containers") or []:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m["name"] not in dropped]
+
+
 def _error(status: int, reason: str, message: str) -> KubeError:
     body = {"kind": "Status", "status": "Failure", "code": status, "reason": reason,
             "message": message}  # fmt: skip
@@ -50,6 +59,10 @@ class ApiServer:
         self.objects: dict[str, dict[str, Any]] = {}  # API path -> object
         self.requests: list[tuple[str, str]] = []  # (method, path), in order
         self.down = False
+        # False: a server without image volumes (Kubernetes 1.33-1.34 with the ImageVolume
+        # feature gate off: it drops such volumes and their mounts from what it stores,
+        # without an error, as kubernetes/pkg/api/pod's dropImageVolumes does).
+        self.image_volumes = True
         self._revision = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -120,6 +133,8 @@ class ApiServer:
             return self._store(path, {**self.objects[path], "status": body.get("status", {})})
         if method == "PATCH":  # server-side apply: what is applied, the status kept
             obj = {**body, "status": (stored or {}).get("status")}
+            if not self.image_volumes:
+                _drop_image_volumes(obj)
             return self._store(path, {k: v for k, v in obj.items() if v is not None})
         if method == "POST":
             meta = body.setdefault("metadata", {})

@@ -16,7 +16,7 @@ from transcription_api.v1alpha1 import GATEWAY_KIND, KIND
 from transcription_operator.cache import Cache
 from transcription_operator.kube import KubeError
 from transcription_operator.names import MANAGED_BY_LABEL
-from transcription_operator.reconciler import RetryLater, is_subset
+from transcription_operator.reconciler import RetryLater, dropped_image_volumes, is_subset
 
 
 def test_fields_the_api_server_adds_are_not_drift() -> None:
@@ -132,6 +132,52 @@ def test_a_refused_child_degrades_and_waits_for_a_new_spec() -> None:
     assert "whisper-batch: spec.template.spec.affinity: Invalid value" in degraded["message"]
     assert ("Warning", "ApplyFailed") in w.kube.events
     assert result.outcome == "degraded"
+
+
+OCI = {"model": {"name": "whisper-tiny.en", "source": "oci", "path": "tiny.en",
+                 "image": f"registry.example/weights/tiny.en@sha256:{'a' * 64}"},
+       "engine": "faster-whisper", "pools": [{"name": "cpu", "mode": "sequential"}]}  # fmt: skip
+
+
+def test_a_server_that_drops_image_volumes_is_a_status_naming_the_feature() -> None:
+    """Kubernetes 1.33-1.34 with the ImageVolume gate off drops the weights volume (and its
+    mount) from the Deployment it stores, without an error: pods would start without their
+    weights. Status says why instead, and comes back when the server keeps them."""
+    w = World(OCI)
+    w.kube.server.image_volumes = False
+    assert w.reconcile().outcome == "degraded"
+    stored = w.kube.objects[("Deployment", "whisper-cpu")]["spec"]["template"]["spec"]
+    assert "weights" not in {v["name"] for v in stored["volumes"]}
+    degraded = w.condition("Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ImageVolumesUnsupported")
+    assert degraded["message"].startswith(
+        "Deployment whisper-cpu: the API server dropped its image volume weights: this "
+        "cluster does not serve image volumes (spec.model.source 'oci'): they need Kubernetes "
+        "1.35+, or 1.33-1.34 with the ImageVolume feature gate on"
+    ), degraded["message"]
+    assert ("Warning", "ImageVolumesUnsupported") in w.kube.events
+    w.reconcile()  # the next reconcile applies it again, and says so again
+    assert w.condition("Degraded")["reason"] == "ImageVolumesUnsupported"
+    w.kube.server.image_volumes = True  # the gate turned on
+    w.reconcile()
+    assert w.condition("Degraded")["status"] == "False"
+    stored = w.kube.objects[("Deployment", "whisper-cpu")]["spec"]["template"]["spec"]
+    assert {"name": "weights", "image": {"reference": OCI["model"]["image"]}} in stored["volumes"]
+
+
+def test_a_server_older_than_the_field_leaves_an_empty_dir_which_is_no_image_volume() -> None:
+    def template(*volumes: dict[str, Any]) -> dict[str, Any]:
+        return {"spec": {"template": {"spec": {"volumes": list(volumes)}}}}
+
+    image = {"name": "weights", "image": {"reference": "r/w:1"}}
+    tmp = {"name": "tmp", "emptyDir": {}}
+    assert dropped_image_volumes(template(image, tmp), template(image, tmp)) == []
+    assert dropped_image_volumes(template(image, tmp), template(tmp)) == ["weights"]
+    # Before 1.31 the API server does not know the field: defaulting makes it an emptyDir.
+    old = template({"name": "weights", "emptyDir": {}}, tmp)
+    assert dropped_image_volumes(template(image, tmp), old) == ["weights"]
+    assert dropped_image_volumes(template(tmp), template(tmp)) == []
+    assert dropped_image_volumes({"kind": "Service", "spec": {}}, {"spec": {}}) == []
 
 
 TERMINATING = json.dumps({

@@ -87,7 +87,8 @@ def model_dir(tmp_path: Path, model_type: str | None) -> str:
 
 
 def test_local_model_directory_is_checked(tmp_path: Path) -> None:
-    with pytest.raises(LaunchError, match=r"has no config\.json: check spec\.model\.path"):
+    with pytest.raises(LaunchError, match=r"has no config\.json \(Hugging Face weights\): it "
+                       r"holds nothing\. Check spec\.model\.path"):  # fmt: skip
         transformers_args(settings(model=model_dir(tmp_path, None)))
     path = model_dir(tmp_path, "qwen2_audio")
     with pytest.raises(

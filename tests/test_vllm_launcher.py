@@ -89,8 +89,9 @@ def test_managed_flags_cannot_be_overridden() -> None:
 
 def test_local_model_directory_is_checked(tmp_path: Path) -> None:
     (tmp_path / "model.bin").write_text("")  # CTranslate2's, not vLLM's
-    with pytest.raises(LaunchError, match=r"has no config\.json \(Hugging Face weights\): it "
-                       r"holds model\.bin\. Check spec\.model\.path"):  # fmt: skip
+    with pytest.raises(LaunchError, match=r"has no config\.json \(Hugging Face weights\), nor "
+                       r"a subdirectory transformers/ holding them: it holds model\.bin\. "
+                       r"Check spec\.model\.path"):  # fmt: skip
         vllm_args(settings(model=str(tmp_path)))
     (tmp_path / "model.bin").unlink()
     (tmp_path / "config.json").write_text(
@@ -101,6 +102,29 @@ def test_local_model_directory_is_checked(tmp_path: Path) -> None:
         LaunchError, match=r"encoder_attention_heads=20 does not divide across 3 GPUs"
     ):
         vllm_args(settings(model=str(tmp_path), gpus=3))
+
+
+def test_a_directory_of_several_engines_formats_gives_vllm_its_own(tmp_path: Path) -> None:
+    """One image for a vLLM pool and a faster-whisper pool: the launcher reads
+    `transformers/`; where it lacks one, the message names the subdirectory too."""
+    (tmp_path / "ctranslate2").mkdir()
+    (tmp_path / "ctranslate2" / "model.bin").write_text("")
+    s = settings(model=str(tmp_path), gpus=0).model_dump_json()
+    launch = [sys.executable, "-m", "transcription_worker.launchers.vllm", "--print"]
+    out = subprocess.run(launch, env={SETTINGS_ENV: s, "PATH": "/usr/bin"},
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"error: model directory {tmp_path} has no config.json (Hugging Face weights), nor a "
+        f"subdirectory transformers/ holding them: it holds ctranslate2/. Check "
+        "spec.model.path (for source 'pvc', that the claim holds the weights there; for source "
+        "'oci', that the image holds them there)"
+    )
+    (tmp_path / "transformers").mkdir()
+    (tmp_path / "transformers" / "config.json").write_text("{}")
+    out = subprocess.run(launch, env={SETTINGS_ENV: s, "PATH": "/usr/bin"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.split()[2] == str(tmp_path / "transformers"), out.stdout
 
 
 def test_wrong_engine_is_refused() -> None:

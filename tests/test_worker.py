@@ -576,6 +576,28 @@ def test_a_model_directory_without_weights_says_so(tmp_path: Path) -> None:
         with pytest.raises(SystemExit) as e:
             main.main(["--model", str(path)])
         assert str(e.value) == (
-            f"error: model directory {path} has no model.bin (CTranslate2 Whisper weights): "
-            f"{found}. {check}"
+            f"error: model directory {path} has no model.bin (CTranslate2 Whisper weights), "
+            f"nor a subdirectory ctranslate2/ holding them: {found}. {check}"
         )
+
+
+def test_a_directory_of_several_engines_formats_gives_faster_whisper_its_own(
+    tmp_path: Path,
+) -> None:
+    """One image for a faster-whisper pool and a vLLM pool (localmodel): the worker reads
+    `ctranslate2/` where the directory has one, and the vLLM launcher `transformers/`."""
+    from transcription_worker import main
+    from transcription_worker.localmodel import CTRANSLATE2, TRANSFORMERS, in_format
+
+    (tmp_path / CTRANSLATE2).mkdir()
+    (tmp_path / TRANSFORMERS).mkdir()
+    assert in_format(str(tmp_path), CTRANSLATE2) == str(tmp_path / CTRANSLATE2)
+    assert in_format(str(tmp_path), TRANSFORMERS) == str(tmp_path / TRANSFORMERS)
+    assert in_format(str(tmp_path / CTRANSLATE2), CTRANSLATE2) == str(tmp_path / CTRANSLATE2)
+    assert in_format("openai/whisper-tiny.en", CTRANSLATE2) == "openai/whisper-tiny.en"
+    with pytest.raises(SystemExit) as e:
+        main.main(["--model", str(tmp_path)])
+    assert str(e.value).startswith(
+        f"error: model directory {tmp_path / CTRANSLATE2} has no model.bin (CTranslate2 "
+        "Whisper weights), nor a subdirectory ctranslate2/ holding them: it holds nothing."
+    ), e.value

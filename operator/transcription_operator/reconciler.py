@@ -80,6 +80,26 @@ def is_subset(desired: Any, live: Any) -> bool:
     return str(desired) == str(live)
 
 
+IMAGE_VOLUMES = (
+    "this cluster does not serve image volumes (spec.model.source 'oci'): they need "
+    "Kubernetes 1.35+, or 1.33-1.34 with the ImageVolume feature gate on the API server and "
+    "every kubelet, and containerd 2.1+ or CRI-O 1.31+ on the nodes. Turn the gate on, or "
+    "use source 'pvc' or 'image'"
+)
+
+
+def dropped_image_volumes(desired: dict[str, Any], stored: dict[str, Any]) -> list[str]:
+    """The image volumes of a pod template that the API server did not store as such: one
+    without the ImageVolume feature drops them without an error (1.33-1.34 with the gate
+    off), and one that predates the field drops it, leaving an emptyDir by that name."""
+
+    def image_volumes(obj: dict[str, Any]) -> set[str]:
+        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        return {v["name"] for v in pod.get("volumes") or [] if "image" in v}
+
+    return sorted(image_volumes(desired) - image_volumes(stored))
+
+
 class RetryLater(Exception):
     """The reconcile reported what failed and should run again after a backoff."""
 
@@ -299,6 +319,10 @@ class Reconciler:
                 continue
             writes += 1
             self.cache.put(applied)
+            if dropped := dropped_image_volumes(manifest, applied):
+                observed.problems.append(("ImageVolumesUnsupported",
+                    f"{manifest['kind']} {meta['name']}: the API server dropped its image "
+                    f"volume {', '.join(dropped)}: {IMAGE_VOLUMES}"))  # fmt: skip
         children = self.cache.children(owner["namespace"], owner["name"], str(owner["uid"]))
         writes += self._prune(children, desired)
         for child in children:

@@ -21,7 +21,7 @@ from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
 from .batcher import Lane
 from .device import DeviceError
-from .localmodel import missing
+from .localmodel import CTRANSLATE2, in_format, missing
 from .server import WorkerConfig, create_app
 from .transcriber import Transcriber
 
@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             f"this worker runs faster-whisper, not {s.engine.value}; "
             "the vLLM image starts transcription-vllm-launcher"
         )
+    s = s.model_copy(update={"model": in_format(s.model, CTRANSLATE2)})
     model = s.model
     if model.startswith("/") and not os.path.isfile(os.path.join(model, "model.bin")):
-        # A local directory (source image or pvc), never a hub id: say what is wrong.
-        raise SystemExit("error: " + missing(model, "model.bin", "CTranslate2 Whisper weights"))
+        # A local directory (source image, pvc or oci), never a hub id: say what is wrong.
+        raise SystemExit(
+            "error: " + missing(model, "model.bin", "CTranslate2 Whisper weights", CTRANSLATE2)
+        )
     if not os.path.isdir(model):
         from faster_whisper import download_model
 

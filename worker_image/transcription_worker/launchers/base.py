@@ -21,6 +21,8 @@ from typing import NoReturn
 
 from transcription_api.worker import WorkerSettings
 
+from ..localmodel import in_format
+
 
 class LaunchError(ValueError):
     """Settings the engine cannot start with; the message says what to change."""
@@ -40,6 +42,10 @@ class Launcher:
     warnings: Callable[[WorkerSettings], list[str]] = lambda s: []  # settings it ignores
     start: Callable[[WorkerSettings, list[str]], NoReturn] = exec_command
     print_help: str = "print the command, do not run it"
+    # The weights format it reads, where the model directory keeps several engines' formats
+    # in subdirectories (localmodel): it takes its own. None: the directory as it is
+    # (`transformers serve` answers to the path it was given, which the route table names).
+    weights: str | None = None
 
     def main(self, argv: list[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog=self.prog, description=self.doc)
@@ -47,6 +53,10 @@ class Launcher:
         opts = p.parse_args(argv)
         try:
             settings = WorkerSettings.from_env()
+            if self.weights:
+                settings = settings.model_copy(
+                    update={"model": in_format(settings.model, self.weights)}
+                )
             args = self.command(settings)
             self.check(args)
         except (LaunchError, ValueError) as e:

@@ -24,6 +24,7 @@ from typing import NoReturn
 from transcription_api.capabilities import Engine, Mode, ModelFamily
 from transcription_api.worker import WorkerSettings
 
+from ..localmodel import missing
 from .base import Launcher, LaunchError
 
 __all__ = ["LaunchError", "environment", "main", "transformers_args", "warnings"]
@@ -85,10 +86,7 @@ def check_model(s: WorkerSettings) -> None:
         return  # a hub id: transformers downloads it into the cache volume
     config = Path(s.model) / "config.json"
     if not config.is_file():
-        raise LaunchError(
-            f"model directory {s.model} has no config.json: check spec.model.path "
-            "(and, for source 'pvc', that the claim holds the weights)"
-        )
+        raise LaunchError(missing(s.model, "config.json", "Hugging Face weights"))
     model_type = str(json.loads(config.read_text()).get("model_type", ""))
     is_whisper = model_type in WHISPER_MODEL_TYPES
     if s.family == ModelFamily.WHISPER and not is_whisper:

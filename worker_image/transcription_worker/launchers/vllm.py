@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import WorkerSettings, managed_flag, managed_flag_message
 
-from ..localmodel import missing
+from ..localmodel import TRANSFORMERS, missing
 from . import english_only
 from .base import Launcher, LaunchError
 
@@ -96,7 +96,7 @@ def check_model(s: WorkerSettings) -> None:
     path = Path(s.model)
     config = path / "config.json"
     if not config.is_file():
-        raise LaunchError(missing(s.model, "config.json", "Hugging Face weights"))
+        raise LaunchError(missing(s.model, "config.json", "Hugging Face weights", TRANSFORMERS))
     if s.gpus > 1:
         cfg = json.loads(config.read_text())
         for key in ("encoder_attention_heads", "decoder_attention_heads", "num_attention_heads"):
@@ -254,6 +254,7 @@ LAUNCHER = Launcher(
     check=check_with_vllm_parser,
     start=start_vllm,
     print_help="print the vllm command, do not run it",
+    weights=TRANSFORMERS,
 )
 main = LAUNCHER.main
 
