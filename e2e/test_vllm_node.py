@@ -35,7 +35,7 @@ import openai
 import pytest
 
 import testbed.cluster
-from testbed import images
+from testbed import images, weights
 from testbed.kube import td_get, wait_for
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
@@ -55,11 +55,14 @@ RESOURCE: dict[str, Any] = {
     "kind": "TranscriptionDeployment",
     "metadata": {"name": NAME},
     "spec": {
+        # The weights as an OCI image (`weights_image`), mounted by every pool: the vLLM
+        # pools read its transformers/ directory, the added faster-whisper pool its
+        # ctranslate2/ (issue 38).
         "model": {
             "name": "whisper-tiny.en",
             "aliases": ["whisper-1"],
-            "source": "image",
-            "path": CHECKPOINT,
+            "source": "oci",
+            "path": "tiny.en",
         },
         "engine": "vllm",
         "pools": [
@@ -86,7 +89,6 @@ RESOURCE: dict[str, Any] = {
             },
         ],
         "traffic": {"features": ["stream", "word_timestamps"]},
-        # The faster-whisper image holds the CTranslate2 weights of the same model.
         "autoSplit": {"replicas": 1},
         "frontend": {"replicas": 1},
     },
@@ -100,12 +102,22 @@ def worker_image(real_node: str) -> str:
 
 
 @pytest.fixture(scope="module")
+def weights_image(tmp_path_factory: pytest.TempPathFactory, real_node: str) -> str:
+    """tiny.en in both engines' formats, one OCI image on the node; its pinned reference."""
+    tmp = tmp_path_factory.mktemp("weights")
+    return weights.on_the_node(weights.tiny_en(tmp / "model", transformers=True), "both",
+                               "tiny.en", tmp)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
 def namespace(
-    kubectl: Kubectl, cluster: Path, worker_image: str, crd_installed: None
+    kubectl: Kubectl, cluster: Path, worker_image: str, weights_image: str, crd_installed: None
 ) -> Iterator[str]:
     extra = ("--set", f"defaultImages.vllmCpu={worker_image}")
+    resource = json.loads(json.dumps(RESOURCE))
+    resource["spec"]["model"]["image"] = weights_image
     # torch's import, vLLM's engine start and its profiling run come before /health.
-    with deployed_on_the_real_node(kubectl, cluster, RESOURCE, "vllm", "vllm-operator",
+    with deployed_on_the_real_node(kubectl, cluster, resource, "vllm", "vllm-operator",
                                    timeout=600, extra=extra) as (ns, _, _):  # fmt: skip
         yield ns
 
@@ -182,6 +194,23 @@ def test_the_launcher_runs_vllms_cpu_build_in_the_pools_mode(
     assert "--kv-cache-memory-bytes" in cmdline, cmdline
     user = kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--", "id", "-u")
     assert user.strip() == "1000"
+
+
+def test_every_pool_mounts_the_one_weights_image_each_engine_its_format(
+    kubectl: Kubectl, namespace: str, weights_image: str
+) -> None:
+    """vLLM's pools and the faster-whisper pool the operator added share one image volume
+    (one copy on the node); vLLM reads transformers/, faster-whisper ctranslate2/."""
+    for pool in ("batch", "seq", AUTO):
+        [pod] = pods(kubectl, namespace, pool)[:1]
+        [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "weights"]
+        assert volume["image"]["reference"] == weights_image, pool
+        assert all(c.get("ready") for c in pod["status"]["containerStatuses"]), pool
+    [pod] = pods(kubectl, namespace, AUTO)[:1]
+    models = httpx.get(f"http://{pod['status']['podIP']}:8000/v1/models", timeout=10).json()
+    assert {m["root"] for m in models["data"]} == {"/weights/tiny.en/ctranslate2"}, models
+    td = td_get(kubectl, namespace, NAME)
+    assert td["status"]["weights"]["image"] == weights_image, td["status"].get("weights")
 
 
 @pytest.mark.parametrize("pool", ["batch", "seq"])

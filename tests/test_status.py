@@ -607,15 +607,36 @@ def test_a_frontend_rollout_stuck_behind_its_old_replica_reads_the_same(
     assert conditions(st)["Ready"] == ("True", "ProgressDeadlineExceeded")
 
 
-def _worker_pod(pool: str, ref: str | None) -> dict[str, Any]:
+def _worker_pod(pool: str, ref: str | None, reference: str = "r/tiny:v2") -> dict[str, Any]:
     mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "weights", "mountPath": "/weights"}]
     if ref:
         mounts[1]["volumeStatus"] = {"image": {"imageRef": ref}}
     return {
         "metadata": {"name": f"w-{pool}", "uid": pool, "labels": {
             "app.kubernetes.io/component": "worker", "transcription.dev/pool": pool}},
+        "spec": {"volumes": [{"name": "weights", "image": {"reference": reference}}]},
         "status": {"containerStatuses": [{"name": "engine", "volumeMounts": mounts}]},
     }  # fmt: skip
+
+
+def test_a_tag_that_moved_under_running_pools_is_a_status_naming_both_digests() -> None:
+    """Same reference, different digests: replicas serve different weights. A rollout from
+    one reference to another (pinned or not) shows two digests and is no problem."""
+    old, new = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    td = make_td({"model": {"name": "m", "source": "oci", "image": "r/tiny:v2"},
+                  "pools": [{"name": "a"}]})  # fmt: skip
+    moved = [_worker_pod("a", f"r/tiny@{old}"), _worker_pod("a", f"r/tiny@{new}")]
+    st = observe(td, [], (moved, {}))
+    assert conditions(st)["Degraded"] == ("True", "WeightsDigestChanged")
+    assert cond(st, "Degraded")[2] == (
+        f"worker pods mount r/tiny:v2 as 2 different images ({old}, {new}): the tag moved "
+        "under running pools, so replicas serve different weights. Pin spec.model.image by "
+        "digest (@sha256:...)"
+    )
+    rollout = [_worker_pod("a", f"r/tiny@{old}", "r/tiny:v1"), _worker_pod("a", f"r/tiny@{new}")]
+    assert conditions(observe(td, [], (rollout, {})))["Degraded"][0] == "False"
+    unreported = [_worker_pod("a", None), _worker_pod("a", f"r/tiny@{new}")]
+    assert conditions(observe(td, [], (unreported, {})))["Degraded"][0] == "False"
 
 
 def test_oci_weights_show_the_image_whether_it_is_pinned_and_the_digests_mounted() -> None:

@@ -306,6 +306,7 @@ def compute_status(
         problems.append(("TrafficNotCovered", missing + hint))
     problems += findings(td.spec)
     problems += no_capacity(td, the_plan)
+    problems += weights_problems(td, observed.pods)
     frontends = fe.ready if own else len(routing)
     serving = not problems and _serving(td, the_plan, pools, asleep, frontends)
     problems += progress.failed
@@ -352,16 +353,47 @@ def weights_status(td: TranscriptionDeployment, pods: list[dict[str, Any]]) -> W
     m = td.spec.model
     if m.source != WeightsSource.OCI or m.image is None:
         return None
-    digests = {
-        ref
-        for pod in pods
-        if (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "worker"
-        for c in (pod.get("status") or {}).get("containerStatuses") or []
-        for mount in c.get("volumeMounts") or []
-        if mount.get("name") == "weights"
-        and (ref := ((mount.get("volumeStatus") or {}).get("image") or {}).get("imageRef"))
-    }
+    digests = {digest for _, digest in _mounted(pods)}
     return WeightsStatus(image=m.image, pinned="@sha256:" in m.image, digests=sorted(digests))
+
+
+def _mounted(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(reference, digest) of each worker pod's weights image, where its kubelet reports the
+    digest (containerStatuses[].volumeMounts[].volumeStatus.image.imageRef)."""
+    out = []
+    for pod in pods:
+        if (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL) != "worker":
+            continue
+        volumes = (pod.get("spec") or {}).get("volumes") or []
+        reference = next((v["image"].get("reference") for v in volumes
+                          if v.get("name") == "weights" and "image" in v), None)  # fmt: skip
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            for mount in c.get("volumeMounts") or []:
+                image = (mount.get("volumeStatus") or {}).get("image") or {}
+                if mount.get("name") == "weights" and image.get("imageRef"):
+                    out.append((reference or "", str(image["imageRef"])))
+    return out
+
+
+def weights_problems(
+    td: TranscriptionDeployment, pods: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """Source 'oci' named by a tag that moved: pods with the same reference mount different
+    digests (a pod started after the move got the new one), so replicas serve different
+    weights. A rollout to a new reference is no problem: its pods name another reference."""
+    if td.spec.model.source != WeightsSource.OCI:
+        return []
+    by_reference: dict[str, set[str]] = {}
+    for reference, digest in _mounted(pods):
+        by_reference.setdefault(reference, set()).add(digest.rpartition("@")[2] or digest)
+    return [
+        ("WeightsDigestChanged",
+         f"worker pods mount {reference} as {len(digests)} different images "
+         f"({', '.join(sorted(digests))}): the tag moved under running pools, so replicas "
+         "serve different weights. Pin spec.model.image by digest (@sha256:...)")
+        for reference, digests in sorted(by_reference.items())
+        if len(digests) > 1
+    ]  # fmt: skip
 
 
 def not_routed(gateways: list[GatewayRouting]) -> str:
