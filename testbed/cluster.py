@@ -218,9 +218,6 @@ def start_control_plane() -> None:
             "requestheader-group-headers=X-Remote-Group",
             "requestheader-extra-headers-prefix=X-Remote-Extra-",
             "enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
-            # Image volumes' digests in pod status (alpha in 1.36; the kubelet's too): what
-            # status.weights reports, and how a moved tag is seen.
-            "feature-gates=ImageVolumeWithDigest=true",
         ],
         # One instance of each, so no leader election: with it they exit when the API
         # server is away longer than the renew deadline (the API-server-restart scenario),

@@ -331,8 +331,6 @@ state = "{state}"
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "nodeStatusReportFrequency": "10s",
-            # Image volumes' digests in pod status, as the API server keeps them (cluster.py).
-            "featureGates": {"ImageVolumeWithDigest": True},
         }
 
     def _kubelet_cmd(self) -> list[str]:
