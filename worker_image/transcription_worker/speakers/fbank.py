@@ -30,7 +30,7 @@ EPSILON = float(np.finfo(np.float32).eps)
 Floats = npt.NDArray[np.float32]
 
 
-def _mel(hz: npt.NDArray[np.float64] | float) -> Any:
+def _mel(hz: Any) -> Any:
     return 1127.0 * np.log(1.0 + np.asarray(hz) / 700.0)
 
 
@@ -85,7 +85,7 @@ def features(audio: npt.ArrayLike) -> Floats:
     if x.size < FRAME:
         x = np.concatenate([x, np.zeros(FRAME - x.size, dtype=np.float32)])
     feats = log_mel(x)
-    return (feats - feats.mean(axis=0, keepdims=True)).astype(np.float32)
+    return np.asarray(feats - feats.mean(axis=0, keepdims=True), dtype=np.float32)
 
 
 def pad(windows: Sequence[Floats]) -> Floats:
