@@ -21,11 +21,13 @@ module's source), so a changed recipe makes new ones:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import subprocess
 import tempfile
 import wave
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,42 @@ class Conversation:
             if overlap > most:
                 best, most = t.speaker, overlap
         return best
+
+    def timeline(self, step: float = 0.01) -> list[str | None]:
+        """The reference speaker of each `step` of the file (None: silence)."""
+        return timeline([(t.start, t.end, t.speaker) for t in self.turns], self.duration, step)
+
+
+def timeline(
+    turns: list[tuple[float, float, str]], duration: float, step: float = 0.01
+) -> list[str | None]:
+    out: list[str | None] = [None] * int(duration / step)
+    for start, end, speaker in turns:
+        for i in range(int(start / step), min(len(out), int(end / step))):
+            out[i] = speaker
+    return out
+
+
+def agreement(
+    conv: Conversation, turns: list[tuple[float, float, str]], mapped: bool = True
+) -> float:
+    """The share of the reference's speech time given its own speaker by `turns` (start,
+    end, label): labels mapped to reference speakers one-to-one as best they can be
+    (`mapped`), or taken as the reference's names (known speakers)."""
+    ref = conv.timeline()
+    hyp = timeline(turns, conv.duration)
+    pairs = Counter((r, h) for r, h in zip(ref, hyp, strict=True) if r is not None)
+    speech = sum(pairs.values())
+    if not mapped:
+        return sum(n for (r, h), n in pairs.items() if r == h) / speech
+    labels = sorted({h for _, h in pairs if h is not None})
+    speakers = sorted({r for r, _ in pairs if r is not None})
+    best = 0
+    for chosen in itertools.permutations(labels, min(len(labels), len(speakers))):
+        for order in itertools.permutations(speakers, len(chosen)):
+            m: dict[str | None, str] = dict(zip(chosen, order, strict=True))
+            best = max(best, sum(n for (r, h), n in pairs.items() if m.get(h) == r))
+    return best / speech
 
 
 # --------------------------------------------------------------------------- the sets

@@ -124,3 +124,42 @@ def onnx_model() -> Path:
         )
         tmp.replace(out)
     return out
+
+
+RECORDED = ROOT / "tests" / "fixtures" / "speakers" / "two-voices.npz"
+
+
+def record(out: Path = RECORDED) -> Path:
+    """The window embeddings of the `two-0` conversation, with its speech regions and
+    reference turns, for tests that check the stage's pure parts on real embeddings."""
+    import numpy as np
+
+    from testkit import conversations
+    from transcription_worker.speakers.embedder import Embedder
+    from transcription_worker.speakers.pipeline import Diarizer
+
+    conv = conversations.conversation(conversations.specs("two", 1)[0], CACHE / "conversations")
+    result = Diarizer(Embedder(onnx_model())).diarize(conversations.read_wav(conv.wav))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        out,
+        speech=np.array(result.speech, dtype=np.float64),
+        windows=np.array(result.windows, dtype=np.float64),
+        embeddings=result.embeddings.astype(np.float16),
+        turns=np.array([(t.start, t.end) for t in conv.turns], dtype=np.float64),
+        speakers=np.array([t.speaker for t in conv.turns]),
+    )
+    say(f"wrote {out}")
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from transcription_api.telemetry import quiet_this_process
+
+    quiet_this_process()
+    parser = argparse.ArgumentParser(prog="python -m testkit.speaker_model")
+    parser.add_argument("what", choices=["model", "record"])
+    args = parser.parse_args()
+    print(onnx_model() if args.what == "model" else record())

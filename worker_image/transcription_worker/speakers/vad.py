@@ -87,7 +87,7 @@ def regions(
     """(start, end) seconds of speech from frame probabilities (pure: see the docstring)."""
     frame_s = FRAME / SAMPLE_RATE
     low = max(settings.threshold - 0.15, 0.01)
-    found: list[list[float]] = []
+    found: list[tuple[float, float]] = []
     start: int | None = None
     silence: int | None = None
     for i, p in enumerate(probs.tolist()):
@@ -100,19 +100,19 @@ def regions(
         elif p < low and silence is None:
             silence = i
         if silence is not None and (i + 1 - silence) * frame_s * 1000 >= settings.min_silence_ms:
-            found.append([start * frame_s, silence * frame_s])
+            found.append((start * frame_s, silence * frame_s))
             start, silence = None, None
     if start is not None:
-        found.append([start * frame_s, (silence if silence is not None else len(probs)) * frame_s])
-    kept = [r for r in found if (r[1] - r[0]) * 1000 >= settings.min_speech_ms]
+        found.append((start * frame_s, (silence if silence is not None else len(probs)) * frame_s))
+    kept = [(a, b) for a, b in found if (b - a) * 1000 >= settings.min_speech_ms]
     end_s = total_s if total_s is not None else len(probs) * frame_s
     pad = settings.pad_ms / 1000
-    for i, r in enumerate(kept):
-        before = kept[i - 1][1] if i else 0.0
-        after = kept[i + 1][0] if i + 1 < len(kept) else end_s
-        r[0] = max(r[0] - pad, (before + r[0]) / 2 if i else 0.0)
-        r[1] = min(r[1] + pad, (r[1] + after) / 2 if i + 1 < len(kept) else end_s)
-    return [(round(a, 3), round(b, 3)) for a, b in kept]
+    padded = []
+    for i, (a, b) in enumerate(kept):
+        floor = (kept[i - 1][1] + a) / 2 if i else 0.0
+        ceiling = (b + kept[i + 1][0]) / 2 if i + 1 < len(kept) else end_s
+        padded.append((max(a - pad, floor), min(b + pad, ceiling)))
+    return [(round(a, 3), round(b, 3)) for a, b in padded]
 
 
 def speech(
