@@ -97,6 +97,9 @@ class Conversation:
                 best, most = t.speaker, overlap
         return best
 
+    def turns_as_spans(self) -> list[tuple[float, float, str]]:
+        return [(t.start, t.end, t.speaker) for t in self.turns]
+
     def timeline(self, step: float = 0.01) -> list[str | None]:
         """The reference speaker of each `step` of the file (None: silence)."""
         return timeline([(t.start, t.end, t.speaker) for t in self.turns], self.duration, step)

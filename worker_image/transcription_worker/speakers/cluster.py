@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 Labels = npt.NDArray[np.int64]
 
-# Measured on the benchmark's conversations (`python -m bench diarization --sweep`): 0.40 to
+# Measured on the benchmark's conversations (`python -m bench diarization-sweep`): 0.40 to
 # 0.50 finds every clean conversation's speaker count.
 THRESHOLD = 0.45
 MIN_SIZE = 3
