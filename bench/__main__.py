@@ -1,5 +1,6 @@
 """python -m bench [frontend|gateway|hostile|hostile-slots|hostile-realtime|hostile-bodies|worker|worker-settings|keywords|realtime|
-realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|weights-node|all] [--quick]"""
+realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|weights-node|diarization|
+diarization-sweep|all] [--quick]"""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from transcription_api.telemetry import quiet_this_process
 quiet_this_process()
 
 # Parts of a benchmark that run alone: name -> (module, function).
-PARTS = {"hostile-slots": ("hostile", "run_slots"), "hostile-realtime": ("hostile", "run_realtime")}
+PARTS = {"hostile-slots": ("hostile", "run_slots"), "hostile-realtime": ("hostile", "run_realtime"),
+         "diarization-sweep": ("diarization", "run_sweep")}  # fmt: skip
 
 
 def main() -> int:
@@ -39,6 +41,8 @@ def main() -> int:
             "operator",
             "scale",
             "weights-node",
+            "diarization",
+            "diarization-sweep",
             "all",
         ],
     )
