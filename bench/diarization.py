@@ -38,10 +38,11 @@ from pyannote.metrics.diarization import DiarizationErrorRate
 
 from testkit import conversations, speaker_model
 from testkit.conversations import Conversation, read_wav
-from transcription_worker.speakers import assign, cluster, known, turns
+from transcription_api import diarization as assign
+from transcription_api.diarization import Turn
+from transcription_worker.speakers import cluster, known, turns
 from transcription_worker.speakers.embedder import Embedder
 from transcription_worker.speakers.pipeline import Diarizer
-from transcription_worker.speakers.turns import Turn
 
 from .common import ROOT, say, table, write
 

@@ -154,9 +154,9 @@ def test_the_chat_endpoint_still_chats(fe: Frontend) -> None:
          400, "unsupported_capability", "word_timestamps"),
         ({"model": "qwen", "seed": "7"}, 400, "unsupported_field",
          "does not accept the field(s) `seed`"),
-        # OpenAI's fields no engine honours: refused by the gateway (fields.py).
-        ({"model": "qwen", "known_speaker_names[]": "agent"}, 400, "unsupported_capability",
-         "`known_speaker_names[]` is not supported: it needs the capability diarization"),
+        # Who spoke when, where no pool runs the speaker stage: the capability named.
+        ({"model": "qwen", "response_format": "diarized_json"}, 400, "unsupported_capability",
+         "missing capability diarization"),
     ],
 )  # fmt: skip
 def test_what_it_cannot_honour_is_a_clear_400(

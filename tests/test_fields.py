@@ -12,7 +12,7 @@ from testkit.frontend import WAV, Frontend
 from testkit.standins import Behaviour, Running
 from transcription_api.capabilities import Capability, ModelFamily
 from transcription_api.engines import capability_sets
-from transcription_api.fields import FIELDS, REFUSED_FORMATS
+from transcription_api.fields import FIELDS
 
 ARRAYS = {"include", "keywords", "languages", "known_speaker_names", "known_speaker_references",
           "timestamp_granularities"}  # fmt: skip
@@ -43,42 +43,37 @@ def test_every_decision_says_what_honours_it_or_what_it_needs() -> None:
         assert bool(d.honoured_by) != bool(d.needs), name
 
 
-REFUSED = [
-    ("known_speaker_names", {"extra_body": {"known_speaker_names": ["agent"]}}, "diarization"),
-    ("known_speaker_references", {"extra_body": {"known_speaker_references": ["data:audio/wav;base64,AAAA"]}}, "diarization"),
-    ("response_format", {"response_format": "diarized_json"}, "diarization"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("param", "kwargs", "capability"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_a_field_no_engine_honours_is_a_400_naming_it_and_serving_goes_on(
-    frontend: Frontend, worker: tuple[Running, Behaviour], param: str, kwargs: dict, capability: str
+def test_a_diarized_request_where_no_pool_has_the_speaker_stage_is_a_400_naming_it(
+    frontend: Frontend, worker: tuple[Running, Behaviour]
 ) -> None:
+    """Every field is honoured somewhere; a deployment without diarization answers what it
+    lacks, before any worker is asked, and serving goes on."""
     seen = len(worker[1].seen)
-    with pytest.raises(openai.BadRequestError) as e:
-        frontend.client.audio.transcriptions.create(
-            model="whisper-1", file=("a.wav", WAV), **kwargs
-        )
-    body = e.value.body
-    assert isinstance(body, dict), body
-    assert body["param"].removesuffix("[]") == param, body
-    assert capability in body["message"] and "not supported" in body["message"], body
-    assert body["code"] == "unsupported_capability", body
+    for kwargs, param in [
+        ({"response_format": "diarized_json"}, None),
+        # Known speakers label diarized segments only.
+        ({"extra_body": {"known_speaker_names": ["agent"],
+                         "known_speaker_references": ["data:audio/wav;base64,AAAA"]}},
+         "known_speaker_names[]"),
+    ]:  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as e:
+            frontend.client.audio.transcriptions.create(
+                model="whisper-1", file=("a.wav", WAV), **kwargs
+            )
+        body = e.value.body
+        assert isinstance(body, dict), body
+        assert body["param"] == param, body
+        if param is None:
+            assert body["code"] == "unsupported_capability", body
+            assert "missing capability diarization" in body["message"], body
+        else:
+            assert "need response_format=diarized_json, not json" in body["message"], body
     assert len(worker[1].seen) == seen  # no worker was asked
     ok = frontend.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
     assert ok.text
 
 
-def test_refused_formats_are_named() -> None:
-    assert REFUSED_FORMATS == {"diarized_json": "diarization"}
-
-
-def test_diarization_is_a_capability_no_engine_has_yet() -> None:
-    """When an engine gets it, its profile lists the capability and the fields follow: the
-    wire (the field names, the 400's capability name) does not change."""
-    refusing = {n for n, d in FIELDS.items() if d.needs == Capability.DIARIZATION}
-    assert refusing == {"known_speaker_names[]", "known_speaker_references[]"}
-    assert REFUSED_FORMATS["diarized_json"] == Capability.DIARIZATION.value
+def test_no_engine_profile_claims_diarization_until_a_pool_runs_the_speaker_stage() -> None:
     for family in ModelFamily:
         for sets in capability_sets(family).values():
             assert Capability.DIARIZATION not in sets.capabilities

@@ -410,7 +410,8 @@ def test_openapi_document_describes_the_form(frontend: Frontend) -> None:
     fields = {f.alias or n for n, f in TranscriptionRequest.model_fields.items()}
     props = body["schema"]["properties"]
     assert set(props) == {"file"} | fields and "timestamp_granularities[]" in props
-    assert props["response_format"]["enum"] == ["json", "text", "srt", "vtt", "verbose_json"]
+    assert props["response_format"]["enum"] == ["json", "text", "srt", "vtt", "verbose_json",
+                                                "diarized_json"]  # fmt: skip
     assert props["temperature"] == {
         "type": "number",
         "minimum": 0.0,

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transcription_worker.speakers import assign, cluster, fbank, known, turns, vad
+from transcription_api import diarization as assign
+from transcription_api.diarization import Turn
+from transcription_worker.speakers import cluster, fbank, known, turns, vad
 from transcription_worker.speakers.known import SpeakerInputError
 from transcription_worker.speakers.pipeline import _samples
-from transcription_worker.speakers.turns import Turn
 
 RECORDED = Path(__file__).parent / "fixtures" / "speakers" / "two-voices.npz"
 RATE = 16000

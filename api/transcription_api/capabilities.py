@@ -62,8 +62,8 @@ class Capability(StrEnum):
     # keywords); transformers serve accepts a prompt and ignores it.
     KEYWORDS = "keywords"
     LOGPROBS = "logprobs"  # the transcript's token log probabilities (`include[]=logprobs`)
-    # Who spoke when (`known_speaker_*[]`, `response_format=diarized_json`): no engine here
-    # has it yet; the fields that need it are refused by this name (fields.py).
+    # Who spoke when (`response_format=diarized_json`, `known_speaker_*[]`): the speaker
+    # stage (transcription_worker.speakers) joined to the transcript.
     DIARIZATION = "diarization"
 
 
@@ -144,6 +144,8 @@ def request_needs(
     """What a (valid) request needs from the pool that serves it (`languages`: how many
     languages[] it names)."""
     needs = {endpoint}
+    if response_format == ResponseFormat.DIARIZED_JSON:
+        needs |= {Capability.DIARIZATION, Capability.SEGMENT_TIMESTAMPS}
     if keywords:
         needs.add(Capability.KEYWORDS)
     if logprobs:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .capabilities import Capability
 from .errors import APIError
 
 
@@ -63,17 +62,20 @@ FIELDS: dict[str, Decision] = {
         "one: as `language`; several: the engine's language detection, restricted to them "
         "(capability restricted_language_detection: faster-whisper); answers list the language"
     ),
-    "known_speaker_names[]": refused(Capability.DIARIZATION),
-    "known_speaker_references[]": refused(Capability.DIARIZATION),
+    "known_speaker_names[]": honoured(
+        "the speaker stage (capability diarization): segments of a voice that matches a "
+        "reference are labelled with its name (response_format diarized_json)"
+    ),
+    "known_speaker_references[]": honoured(
+        "the speaker stage: each data URL's 2-10 s of audio, embedded as the speaker's voice"
+    ),
 }
 UNSUPPORTED = "unsupported_capability"  # the code of the gateway's capability refusals
-# The response formats OpenAI has that no engine here produces.
-REFUSED_FORMATS = {"diarized_json": Capability.DIARIZATION.value}
 
 
 def refusal(fields: Sequence[tuple[str, str]]) -> APIError | None:
-    """The 400 for the first field (or response format) this API cannot honour, or None."""
-    for name, value in fields:
+    """The 400 for the first field this API cannot honour, or None."""
+    for name, _ in fields:
         shown = name if name in FIELDS else name + "[]"  # a bare array name too
         decision = FIELDS.get(shown)
         if decision and not decision.honoured:
@@ -82,15 +84,6 @@ def refusal(fields: Sequence[tuple[str, str]]) -> APIError | None:
                 f"`{shown}` is not supported: it needs the capability {decision.needs}, which "
                 "no engine here provides yet. Leave the field out.",
                 param=name,
-                code=UNSUPPORTED,
-            )
-        if name == "response_format" and value in REFUSED_FORMATS:
-            return APIError(
-                400,
-                f"response_format={value} is not supported: it needs the capability "
-                f"{REFUSED_FORMATS[value]}, which no engine here provides yet. Use json, "
-                "text, srt, vtt or verbose_json.",
-                param="response_format",
                 code=UNSUPPORTED,
             )
     return None

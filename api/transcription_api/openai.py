@@ -18,6 +18,7 @@ class ResponseFormat(StrEnum):
     SRT = "srt"
     VTT = "vtt"
     VERBOSE_JSON = "verbose_json"
+    DIARIZED_JSON = "diarized_json"  # who spoke when (transcription_api.diarization)
 
 
 # The formats made from segments (a transcript's timestamps), not from its text alone.
@@ -74,9 +75,27 @@ class TranscriptionRequest(BaseModel):
         "(response_format json; faster-whisper pools).",
     )
 
+    known_speaker_names: list[str] = Field(
+        default_factory=list,
+        alias="known_speaker_names[]",
+        description="Up to 4 names for the speakers of `known_speaker_references[]`, in the "
+        "same order; diarized segments use them (response_format diarized_json).",
+    )
+    known_speaker_references: list[str] = Field(
+        default_factory=list,
+        alias="known_speaker_references[]",
+        description="A data URL (data:audio/wav;base64,...) of 2-10 s of each known "
+        "speaker's voice.",
+    )
+
     @property
     def logprobs(self) -> bool:
         return "logprobs" in self.include
+
+    @property
+    def diarized(self) -> bool:
+        """Whether it asks who spoke when (capability diarization)."""
+        return self.response_format == ResponseFormat.DIARIZED_JSON
 
 
 class ErrorDetail(BaseModel):

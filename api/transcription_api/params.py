@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .diarization import NAMES, REFERENCES, known_speakers
 from .errors import APIError, bad_request
 from .fields import refusal
 from .openai import ResponseFormat, TranscriptionRequest
@@ -24,7 +25,7 @@ INCLUDE = "include[]"
 # Whisper reads at most 223 prompt tokens (half its 448-token context), the last ones kept:
 # about 800 characters of English.
 MAX_KEYWORD_CHARS = 800
-STREAMABLE = (ResponseFormat.JSON, ResponseFormat.TEXT)
+STREAMABLE = (ResponseFormat.JSON, ResponseFormat.TEXT, ResponseFormat.DIARIZED_JSON)
 _SCALARS = ("model", "language", "prompt", "response_format", "temperature", "stream")
 
 
@@ -81,6 +82,10 @@ def parse_request(fields: Sequence[tuple[str, str]]) -> TranscriptionRequest:
         if unknown := sorted(set(include) - {"logprobs"}):
             raise bad_request(f"include[] takes logprobs, not {', '.join(unknown)}", INCLUDE)
         raw[INCLUDE] = list(dict.fromkeys(include))
+    for name in (NAMES, REFERENCES):
+        values = [v for k, v in fields if k in (name, name.removesuffix("[]"))]
+        if values:
+            raw[name] = values
     keywords = [v for k, v in fields if k in (KEYWORDS, "keywords")]
     if keywords:
         raw["prompt"] = keyword_prompt(raw.get("prompt"), keywords)
@@ -149,4 +154,12 @@ def _check_combination(r: TranscriptionRequest) -> TranscriptionRequest:
         raise bad_request(
             "timestamp_granularities[] needs response_format=verbose_json", GRANULARITIES
         )
+    if r.known_speaker_names or r.known_speaker_references:
+        if not r.diarized:
+            raise bad_request(
+                f"known speakers label diarized segments: they need "
+                f"response_format=diarized_json, not {fmt.value}",
+                NAMES if r.known_speaker_names else REFERENCES,
+            )
+        known_speakers(r.known_speaker_names, r.known_speaker_references)
     return r

@@ -32,6 +32,7 @@ CONTENT_TYPES: dict[ResponseFormat, str] = {
     ResponseFormat.TEXT: PLAIN,
     ResponseFormat.SRT: PLAIN,
     ResponseFormat.VTT: PLAIN,
+    ResponseFormat.DIARIZED_JSON: JSON,
 }
 
 

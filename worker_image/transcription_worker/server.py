@@ -27,6 +27,7 @@ from transcription_api import sse
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.engines import capability_set
 from transcription_api.errors import APIError, bad_request, unavailable
+from transcription_api.fields import UNSUPPORTED
 from transcription_api.multipart import Upload, check_length, parse_upload
 from transcription_api.openai import (
     ChunkChoice,
@@ -177,6 +178,13 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
                         param="model",
                     )
                 params = parse_request(upload.fields)
+                if params.diarized:
+                    raise bad_request(
+                        "response_format=diarized_json needs the speaker stage (capability "
+                        "diarization), which this worker does not run",
+                        "response_format",
+                        code=UNSUPPORTED,
+                    )
                 opts = options(params, task, lane.transcriber.multilingual)
                 include_usage = flag(form_field(upload.fields, "stream_include_usage"))
                 try:

@@ -2,7 +2,7 @@
 
     diarizer = Diarizer(Embedder(path))
     result = diarizer.diarize(samples16k, known.references(names, clips))
-    segments = assign.by_words(words, result.turns)      # or assign.by_segments(...)
+    segments = diarization.by_words(words, result.turns)  # transcription_api.diarization
 
 Labels come from one clustering over the whole file, so they are consistent however the
 transcription was cut into chunks: the speaker stage runs on the file, the ASR on its chunks.
@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from transcription_api.diarization import Turn
+
 from . import cluster, known, turns, vad
 from .embedder import DIM, Embedder
 from .fbank import SAMPLE_RATE
 from .known import Reference
-from .turns import Span, Turn
+from .turns import Span
 
 Floats = npt.NDArray[np.float32]
 

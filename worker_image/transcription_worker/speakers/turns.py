@@ -12,10 +12,11 @@ turns never cover it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from transcription_api.diarization import Turn
 
 WINDOW_S = 1.5
 SHIFT_S = 0.75
@@ -23,17 +24,6 @@ MIN_TURN_S = 0.3
 STEP_S = 0.01
 
 Span = tuple[float, float]
-
-
-@dataclass(frozen=True)
-class Turn:
-    start: float
-    end: float
-    speaker: str
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
 
 
 def windows(
