@@ -34,7 +34,9 @@ NAMES = "known_speaker_names[]"
 REFERENCES = "known_speaker_references[]"
 MAX_KNOWN_SPEAKERS = 4  # as OpenAI's API
 REFERENCE_SECONDS = (2.0, 10.0)  # a reference clip's length, as OpenAI's API asks
-MAX_REFERENCE_BYTES = 4 * 1024 * 1024  # 10 s of 48 kHz stereo 16-bit WAV is 1.9 MB
+MAX_REFERENCE_BYTES = 2 * 1024 * 1024  # 10 s of 48 kHz stereo 16-bit WAV is 1.9 MB
+# The form field: the data URL's prefix and the clip in base64.
+REFERENCE_FIELD_BYTES = MAX_REFERENCE_BYTES * 4 // 3 + 256
 MAX_NAME_CHARS = 64
 _DATA_URL = re.compile(
     r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[\w.+-]+=[\w.+-]+)*;base64,(?P<data>.*)", re.S
@@ -61,6 +63,25 @@ class DiarizedTranscription(BaseModel):
     text: str
     segments: list[DiarizedSegment]
     usage: DurationUsage | None = None
+
+
+class SpeakerTurn(BaseModel):
+    start: float
+    end: float
+    speaker: str
+
+
+class SpeakerTurns(BaseModel):
+    """A diarization pool's answer (`POST /v1/audio/diarization` on a worker): who speaks
+    when in the whole file, the speakers in order of first turn; the gateway joins it to
+    any engine's transcript (`diarize`)."""
+
+    duration: float
+    speakers: list[str]
+    turns: list[SpeakerTurn]
+
+    def as_turns(self) -> list[Turn]:
+        return [Turn(t.start, t.end, t.speaker) for t in self.turns]
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,21 @@ from typing import IO
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from .diarization import MAX_KNOWN_SPEAKERS, REFERENCE_FIELD_BYTES
 from .errors import APIError, bad_request, too_large
 
 # Room for the multipart framing and form fields around the file, when comparing a
 # request's Content-Length with the file size limit before reading it.
 FORM_OVERHEAD = 256 * 1024
 SPOOL_BYTES = 1024 * 1024
-MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no field needs more
+MAX_FIELD_BYTES = 64 * 1024  # a prompt is a few hundred tokens; no other field needs more
+# A known speaker's reference clip comes as a data URL (2-10 s of audio), up to four of them:
+# all the form's fields together stay within FIELDS_BYTES.
+LARGE_FIELDS = {
+    "known_speaker_references[]": REFERENCE_FIELD_BYTES,
+    "known_speaker_references": REFERENCE_FIELD_BYTES,
+}
+FIELDS_BYTES = MAX_KNOWN_SPEAKERS * REFERENCE_FIELD_BYTES + MAX_FIELD_BYTES
 MAX_FIELDS = 64
 MAX_BOUNDARY_BYTES = 200  # RFC 2046: at most 70; python-multipart's own cap is 256
 # The file's first bytes `parse_upload` hands `on_file_head` while the rest still streams:
@@ -133,6 +141,7 @@ async def parse_upload(
     header_field = bytearray()
     header_value = bytearray()
     errors: list[APIError] = []
+    held = [0]  # bytes of the fields (not the file) held in memory
     head = bytearray()
 
     def file_head(data: bytes, end: bool = False) -> None:
@@ -189,14 +198,14 @@ async def parse_upload(
             upload.file.write(chunk)
             file_head(chunk)
         elif part.name != "file":
-            if part.size > MAX_FIELD_BYTES:
+            limit = LARGE_FIELDS.get(part.name, MAX_FIELD_BYTES)
+            held[0] += n
+            if part.size > limit or held[0] > FIELDS_BYTES:
                 if not errors:
-                    errors.append(
-                        bad_request(
-                            f"form field `{part.name}` is over {MAX_FIELD_BYTES} bytes",
-                            param=part.name,
-                        )
-                    )
+                    what = f"form field `{part.name}` is over {limit} bytes"
+                    if part.size <= limit:
+                        what = f"the form's fields are over {FIELDS_BYTES} bytes together"
+                    errors.append(bad_request(what, param=part.name))
                 return
             part.data.extend(data[start:end])
 

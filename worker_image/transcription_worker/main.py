@@ -23,6 +23,8 @@ from .batcher import Lane
 from .device import DeviceError
 from .localmodel import CTRANSLATE2, in_format, missing
 from .server import WorkerConfig, create_app
+from .speakers.embedder import MODEL_ENV
+from .speakers.server import SpeakerService
 from .transcriber import Transcriber
 
 log = logging.getLogger("transcription_worker")
@@ -130,12 +132,23 @@ def main(argv: list[str] | None = None) -> int:
         model = download_model(model, cache_dir=s.cache_dir, revision=s.revision)
     try:
         cfg = WorkerConfig(served_names=s.served_names, model_path=s.model)
-        app = create_app(cfg, load(s, model))
+        app = create_app(cfg, load(s, model), speaker_service(cfg))
     except DeviceError as e:
         log.error("%s", e)
         app = unusable_app(str(e))
     uvicorn.run(app, host=args.host, port=s.port, log_level=args.log_level.lower())
     return 0
+
+
+def speaker_service(cfg: WorkerConfig) -> SpeakerService | None:
+    """The speaker stage where $SPEAKER_MODEL names its model (a diarization pool)."""
+    if not os.environ.get(MODEL_ENV):
+        return None
+    from .speakers.embedder import Embedder
+    from .speakers.pipeline import Diarizer
+
+    log.info("speaker stage: %s", os.environ[MODEL_ENV])
+    return SpeakerService(Diarizer(Embedder()), cfg.max_upload_bytes)
 
 
 if __name__ == "__main__":

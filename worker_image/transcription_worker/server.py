@@ -54,6 +54,7 @@ from transcription_api.worker import PRIORITY_HEADER, is_background
 
 from . import faster_whisper_compat, metrics
 from .batcher import Job, Lane, QueueFull
+from .speakers.server import SpeakerService
 from .transcriber import AudioError, Options, Segment, decode
 
 log = logging.getLogger("transcription_worker")
@@ -149,7 +150,8 @@ def token_logprobs(segment: Segment) -> list[Logprob]:
     ]
 
 
-def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
+def create_app(cfg: WorkerConfig, lane: Lane, speakers: SpeakerService | None = None) -> FastAPI:
+    """The worker's app; with `speakers`, its speaker stage too (POST /v1/audio/diarization)."""
     primary = cfg.served_names[0]
     started = int(time.time())
 
@@ -159,6 +161,8 @@ def create_app(cfg: WorkerConfig, lane: Lane) -> FastAPI:
         await lane.stop()
 
     app = FastAPI(title="transcription worker (faster-whisper)", lifespan=lifespan)  # type: ignore[arg-type]
+    if speakers is not None:
+        app.add_route("/v1/audio/diarization", speakers.endpoint, methods=["POST"])
 
     async def handle(request: Request, task: str) -> Response:
         t0 = time.perf_counter()
