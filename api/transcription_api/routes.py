@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .capabilities import Capability, Engine, Mode, ModelFamily
+from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily
 from .engines import EnginePool
 
 ROUTES_KEY = "routes.json"
@@ -62,6 +62,21 @@ class PoolRoute(BaseModel, EnginePool):
         description="Static worker base URLs (local runs); empty in a cluster, where "
         "EndpointSlices of `service` are watched instead.",
     )
+
+    speakers: bool = Field(
+        default=False,
+        description="Its workers run the speaker stage too (capability diarization: POST "
+        "/v1/audio/diarization), for response_format diarized_json.",
+    )
+
+    @property
+    def capability_set(self) -> CapabilitySet:
+        caps = self.serving.modes[self.mode]
+        if not self.speakers:
+            return caps
+        return caps.model_copy(
+            update={"capabilities": caps.capabilities | {Capability.DIARIZATION}}
+        )
 
     @property
     def capabilities(self) -> frozenset[Capability]:

@@ -51,10 +51,12 @@ from starlette.types import Message, Receive, Scope, Send
 from transcription_api.capabilities import Capability, request_needs
 from transcription_api.chunking import parse_chunking
 from transcription_api.errors import APIError, bad_request
-from transcription_api.multipart import Limit, check_length, parse_upload
+from transcription_api.multipart import Limit, Upload, check_length, parse_upload
+from transcription_api.openai import TranscriptionRequest
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
 
+from . import diarized
 from .adapters import Adapter, able, adapter
 from .auth import authorization
 from .disconnect import cancel_on_disconnect
@@ -68,9 +70,9 @@ from .quota import Charge
 from .request_id import request_id
 from .respond import Reply
 from .routing import NoPool, Router
-from .sniff import audio_seconds, check_audio
+from .sniff import AudioInfo, audio_seconds, check_audio
 from .streams import EventStream
-from .subrequest import CHUNK, TURN, background, kind
+from .subrequest import CHUNK, PART, TURN, background, kind
 from .tenants import Caller
 from .work import Ticket
 
@@ -113,8 +115,8 @@ class Exchange:
 
     def charged(self, seconds: float) -> None:
         """Charge the tenant's quota for `seconds` of audio (429 if they do not fit); a long
-        file's chunks are not: their file was, whole."""
-        if self.caller is not None and kind(self.scope) != CHUNK:
+        file's chunks and a diarized request's parts are not: their request was, whole."""
+        if self.caller is not None and kind(self.scope) not in (CHUNK, PART):
             self.charge = self.gw.quotas.admit(self.caller.tenant, seconds)
 
     async def forward(
@@ -254,6 +256,21 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
         longest = settings.max_audio_seconds
         if longest is not None and (audio.seconds or 0) > longest:
             raise too_long(audio.seconds or 0, longest)
+        if request.diarized and endpoint != Capability.DIARIZATION:
+            # Who said what: its transcript and its speakers, then joined (diarized.py).
+            diarized.check(ex.gw, endpoint, table, upload.size)
+            ex.obs.pool = "diarized"
+            async with cancel_on_disconnect(ex.receive, ex.answered):
+                reply = await diarized.transcribe_diarized(
+                    transcribe, ex.gw, ex.scope, upload, request, table, audio.seconds
+                )
+                ex.obs.status = reply.status
+                await reply.send(ex.send)
+            ex.obs.audio_seconds = reply.seconds
+            return
+        if endpoint == Capability.DIARIZATION:  # a diarized request's speakers: the whole file
+            await speakers(ex, upload, audio, primary, request, needs, table)
+            return
         strategy = plan(settings.chunking, parse_chunking(upload.fields), audio, upload.size,
                         ex.gw.router.candidates(table, needs, upload.size))  # fmt: skip
         if strategy is not None:  # long audio: cut, fanned out, stitched (longaudio/)
@@ -279,6 +296,28 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
             request.stream,
             lambda a, answer: a.transcription_reply(answer, request, audio),
         )
+
+
+async def speakers(
+    ex: Exchange, upload: Upload, audio: AudioInfo, primary: str, request: TranscriptionRequest,
+    needs: frozenset[Capability], table: RouteTable,
+) -> None:  # fmt: skip
+    """A diarized request's speakers (`diarized.py`), from a pool that runs the speaker
+    stage: its worker's answer (SpeakerTurns) as it is."""
+    pools = choose_pools(ex.gw.router, table, needs, upload.size)
+
+    async def reply(a: Adapter, answer: WorkerAnswer) -> Reply:
+        if answer.status != 200:
+            raise await a.error(answer)
+        return Reply(200, "application/json", await answer.read())
+
+    await ex.forward(
+        [adapter(p) for p in pools],
+        lambda a: a.transcription_request(Capability.DIARIZATION, upload, audio, primary, request),
+        upload,
+        False,
+        reply,
+    )
 
 
 def first_pool(router: Router, table: RouteTable, endpoint: Capability) -> str | None:

@@ -10,12 +10,14 @@ one (`on_event`), else the whole body.
 Cancelling the call cancels the request (and with it the worker's): its "client" never
 disconnects on its own.
 
-Each says which it is (`CHUNK` or `TURN`) in the request's ASGI `state`, which only the
+Each says which it is (`CHUNK`, `TURN` or `PART`) in the request's ASGI `state`, which only the
 gateway itself writes: no header a client sends can set it. A long file's chunk is
 background work: forwarded with `PRIORITY_HEADER: background`, so that a worker serves
 interactive requests before it, and not charged to its tenant's quota, which its file was
 charged whole (quota.py). A realtime turn is interactive, whatever its tenant's class
-(someone is listening), and charged to its session's tenant.
+(someone is listening), and charged to its session's tenant. A diarized request's two
+parts (`PART`: its transcript, and its speakers from a pool that runs the speaker stage) are
+interactive and not charged: their request was.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -37,6 +39,8 @@ from .gateway import Gateway
 KIND_STATE = "transcription.subrequest"
 CHUNK = "chunk"  # a long file's chunk
 TURN = "turn"  # a realtime session's turn
+PART = "part"  # a diarized request's transcript, or its speakers
+PIECE = 1024 * 1024  # a file is read this much at a time
 
 OnEvent = Callable[[dict[str, Any]], Awaitable[None]]
 # The pipeline's entry (pipeline.transcribe), passed in: the pipeline itself sends
@@ -68,6 +72,14 @@ class Caller:
 def form(fields: list[tuple[str, str]], file: bytes, filename: str, content_type: str
          ) -> tuple[bytes, str]:  # fmt: skip
     """A multipart form (fields in order, then the file) and its content type."""
+    head, tail, ctype = _around(fields, filename, content_type)
+    return head + file + tail, ctype
+
+
+def _around(fields: list[tuple[str, str]], filename: str, content_type: str
+            ) -> tuple[bytes, bytes, str]:  # fmt: skip
+    """What comes before a multipart form's file (its fields, the file's headers) and after
+    it, and the form's content type."""
     boundary = uuid.uuid4().hex
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
@@ -76,11 +88,9 @@ def form(fields: list[tuple[str, str]], file: bytes, filename: str, content_type
     parts.append(
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
         f"Content-Type: {content_type}\r\n\r\n".encode()
-        + file
-        + b"\r\n"
     )
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    return b"".join(parts), tail, f"multipart/form-data; boundary={boundary}"
 
 
 @dataclass
@@ -115,16 +125,21 @@ class _Reader:
 
 async def post(
     pipeline: Pipeline, gw: Gateway, endpoint: Capability, fields: list[tuple[str, str]],
-    file: bytes, filename: str, content_type: str, caller: Caller, kind: str,
+    file: bytes | IO[bytes], filename: str, content_type: str, caller: Caller, kind: str,
     on_event: OnEvent | None = None,
 ) -> tuple[int, bytes]:  # fmt: skip
-    """Send one request into the pipeline, as `kind` (`CHUNK`, `TURN`): (status, body). A
-    streamed answer's events go to `on_event` as they are written (its body is then
-    empty)."""
-    body, ctype = form(fields, file, filename, content_type)
+    """Send one request into the pipeline, as `kind` (`CHUNK`, `TURN`, `PART`): (status,
+    body). `file` is the audio's bytes, or a file read from its start in pieces as the
+    pipeline takes them (several requests may read one file at once). A streamed answer's
+    events go to `on_event` as they are written (its body is then empty)."""
+    head, tail, ctype = _around(fields, filename, content_type)
+    if isinstance(file, bytes):
+        head, tail, size, source = head + file + tail, b"", 0, None
+    else:
+        size, source = file.seek(0, 2), file
     headers = [
         (b"content-type", ctype.encode()),
-        (b"content-length", str(len(body)).encode()),
+        (b"content-length", str(len(head) + size + len(tail)).encode()),
         *([(b"authorization", caller.authorization)] if caller.authorization else []),
     ]
     path = "/v1/audio/" + endpoint.value
@@ -134,17 +149,35 @@ async def post(
         "root_path": "", "headers": headers, "client": caller.client, "server": None,
         "state": {"request_id": caller.request_id, KIND_STATE: kind},
     }  # fmt: skip
-    sent = False
+    pieces = _pieces(head, source, size, tail)
     never = asyncio.Event()
 
     async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        piece = next(pieces, None)
+        if piece is not None:
+            more = piece[1]
+            return {"type": "http.request", "body": piece[0], "more_body": more}
         await never.wait()
         return {"type": "http.disconnect"}
 
     reader = _Reader(on_event)
     await pipeline(gw, endpoint, scope, receive, reader.send)
     return reader.status, bytes(reader.body)
+
+
+def _pieces(head: bytes, file: IO[bytes] | None, size: int, tail: bytes
+            ) -> Iterator[tuple[bytes, bool]]:  # fmt: skip
+    """The body in pieces, each with whether more follow. The file is read where it is
+    needed (a seek and a read with no await between them: another reader's seek cannot
+    come in between)."""
+    yield head, bool(size or tail)
+    offset = 0
+    while file is not None and offset < size:
+        file.seek(offset)
+        data = file.read(min(PIECE, size - offset))
+        if not data:
+            break
+        offset += len(data)
+        yield data, offset < size or bool(tail)
+    if tail:
+        yield tail, False

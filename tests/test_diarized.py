@@ -1,0 +1,158 @@
+"""`response_format=diarized_json` through the gateway with the official OpenAI client: a
+real faster-whisper worker (Whisper tiny.en) that runs the speaker stage too (CAM++ ONNX,
+Silero VAD), on a real two-voice espeak-ng conversation. The answer parses as the SDK's
+`TranscriptionDiarized`; each segment's speaker is the one who said it; known speakers get
+their names; a stream sends `transcript.text.segment` events, then `transcript.text.done`;
+a deployment without the speaker stage answers a 400 naming the capability."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from openai.types.audio import TranscriptionDiarized
+
+from testkit import conversations, speaker_model
+from testkit.conversations import Conversation
+from testkit.frontend import in_process
+from testkit.standins import Running, start
+from transcription_api.capabilities import Engine, Mode
+from transcription_api.routes import PoolRoute, RouteTable
+from transcription_frontend.app import Gateway, create_app
+from transcription_frontend.routing import Router
+from transcription_worker.batcher import Lane
+from transcription_worker.main import default_model
+from transcription_worker.server import WorkerConfig
+from transcription_worker.server import create_app as worker_app
+from transcription_worker.speakers.embedder import Embedder
+from transcription_worker.speakers.pipeline import Diarizer
+from transcription_worker.speakers.server import SpeakerService
+from transcription_worker.transcriber import Transcriber
+
+NAMES = ["whisper-tiny.en", "whisper-1"]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Conversation:
+    spec = conversations.specs("two", 1)[0]
+    return conversations.conversation(spec, tmp_path_factory.mktemp("conversations"))
+
+
+def gateway(worker: Running, speakers: bool) -> Running:
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
+                  endpoints=[worker.url], speakers=speakers),
+    ])  # fmt: skip
+    return start(create_app(Gateway(router=Router(table), settings=in_process())))
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[Running]:
+    lane = Lane(Transcriber(default_model(), threads=2), max_queue=8)
+    service = SpeakerService(Diarizer(Embedder(speaker_model.onnx_model())), 1 << 28)
+    running = start(
+        worker_app(WorkerConfig(served_names=NAMES, model_path="tiny.en"), lane, service)
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(worker: Running) -> Iterator[openai.OpenAI]:
+    fe = gateway(worker, speakers=True)
+    yield openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+    fe.stop()
+
+
+def right_share(two: Conversation, answer: TranscriptionDiarized, names: dict[str, str]) -> float:
+    """The share of the answer's segments whose speaker (mapped by `names`) is the one the
+    conversation had speaking at that time."""
+    said = [two.speaker_at(s.start, s.end) for s in answer.segments]
+    right = sum(names.get(s.speaker) == who for s, who in zip(answer.segments, said, strict=True))
+    return right / len(answer.segments)
+
+
+def test_who_said_what_comes_back_in_openais_diarized_shape(
+    client: openai.OpenAI, two: Conversation
+) -> None:
+    with two.wav.open("rb") as f:
+        answer = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json"
+        )
+    assert isinstance(answer, TranscriptionDiarized), type(answer)
+    assert answer.task == "transcribe" and abs(answer.duration - two.duration) < 0.2
+    assert {s.speaker for s in answer.segments} == {"A", "B"}, answer.segments
+    assert answer.segments[0].speaker == "A"  # the first to speak is A
+    first = two.turns[0].speaker
+    other = next(t.speaker for t in two.turns if t.speaker != first)
+    assert right_share(two, answer, {"A": first, "B": other}) >= 0.9, answer.segments
+    assert answer.usage is not None and answer.usage.type == "duration"
+    # Segments are cut where the speaker changes: there are at least as many as turns.
+    assert len(answer.segments) >= len(two.turns) - 1
+    assert all(s.text and s.end >= s.start for s in answer.segments)
+
+
+def data_url(path: Path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_known_speakers_are_named_and_a_stream_sends_labelled_segments(
+    client: openai.OpenAI, two: Conversation
+) -> None:
+    names = {"Ann": "S1", "Bob": "S2"}
+    known = {"known_speaker_names": list(names),
+             "known_speaker_references": [data_url(two.references[s]) for s in names.values()]}  # fmt: skip
+    with two.wav.open("rb") as f:
+        answer = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", **known
+        )
+    assert isinstance(answer, TranscriptionDiarized)
+    assert {s.speaker for s in answer.segments} == {"Ann", "Bob"}
+    assert right_share(two, answer, names) >= 0.9, answer.segments
+    with two.wav.open("rb") as f:
+        stream = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", stream=True, **known
+        )
+        events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds == ["transcript.text.segment"] * (len(kinds) - 1) + ["transcript.text.done"]
+    streamed = [(e.speaker, e.text) for e in events[:-1]]  # type: ignore[union-attr]
+    assert streamed == [(s.speaker, s.text) for s in answer.segments]
+
+
+def test_a_bad_reference_is_a_400_naming_it_and_serving_goes_on(
+    client: openai.OpenAI, two: Conversation
+) -> None:
+    short = two.references["S1"].read_bytes()[: 44 + 16000]  # half a second
+    with two.wav.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            known_speaker_names=["Ann"],
+            known_speaker_references=["data:audio/wav;base64," + base64.b64encode(short).decode()],
+        )  # fmt: skip
+    body = e.value.body
+    assert isinstance(body, dict) and body["param"] == "known_speaker_references[]", body
+    assert "a reference must be 2-10 s" in body["message"], body
+    with two.wav.open("rb") as f:
+        ok = client.audio.transcriptions.create(model="whisper-1", file=f)
+    assert ok.text
+
+
+def test_a_deployment_without_the_speaker_stage_names_the_capability(
+    worker: Running, two: Conversation
+) -> None:
+    fe = gateway(worker, speakers=False)
+    try:
+        plain = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+        with two.wav.open("rb") as f, pytest.raises(openai.BadRequestError) as e:
+            plain.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json"
+            )
+        body = e.value.body
+        assert isinstance(body, dict) and body["code"] == "unsupported_capability", body
+        assert "missing capability diarization" in body["message"], body
+    finally:
+        fe.stop()
