@@ -483,3 +483,30 @@ def test_cpu_is_a_request_without_a_limit_as_the_crd_says() -> None:
     assert "No CPU limit" in (ResourcesSpec.model_fields["cpu"].description or "")
     crd = Path("crds/transcriptiondeployments.transcription.dev.yaml").read_text()
     assert "No CPU limit is set" in crd and "CPU request (and limit)" not in crd
+
+
+def test_a_pool_that_runs_the_speaker_stage_mounts_its_model_and_says_so_in_the_route_table() -> (
+    None
+):
+    td = make_td(
+        {"model": {"name": "openai/whisper-large-v3"}, "traffic": {"features": ["diarization"]}}
+    )
+    cfg = OperatorConfig(speaker_model="registry.example/speakers/campplus@sha256:" + "a" * 64)
+    objs = by_kind_name(build(td, cfg))
+    auto = objs[("Deployment", "whisper-auto-faster-whisper")]["spec"]["template"]["spec"]
+    [engine] = auto["containers"]
+    assert {"name": "speakers", "image": {"reference": cfg.speaker_model}} in auto["volumes"]
+    assert {"name": "speakers", "mountPath": "/speakers", "readOnly": True} in engine[
+        "volumeMounts"
+    ]
+    assert {"name": "SPEAKER_MODEL", "value": "/speakers/campplus.onnx"} in engine["env"]
+    vllm = objs[("Deployment", "whisper-default")]["spec"]["template"]["spec"]
+    assert not any(v["name"] == "speakers" for v in vllm["volumes"])
+    table = RouteTable.model_validate_json(
+        objs[("ConfigMap", "whisper-routes")]["data"]["routes.json"]
+    )
+    assert {p.name: p.speakers for p in table.pools} == {
+        "default": False,
+        "auto-faster-whisper": True,
+    }
+    assert OperatorConfig.from_env({"SPEAKER_MODEL_IMAGE": "r/s:1"}).speaker_model == "r/s:1"

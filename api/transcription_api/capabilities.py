@@ -118,6 +118,13 @@ class CapabilitySet(BaseModel):
         return not self.missing(needs)
 
 
+def with_speakers(caps: CapabilitySet, speakers: bool) -> CapabilitySet:
+    """A pool's set, with diarization where its workers run the speaker stage too."""
+    if not speakers:
+        return caps
+    return caps.model_copy(update={"capabilities": caps.capabilities | {Capability.DIARIZATION}})
+
+
 # Every capability of the audio endpoints that an engine here has (all but chat and
 # diarization): faster-whisper's.
 AUDIO = frozenset(Capability) - {Capability.CHAT, Capability.DIARIZATION}

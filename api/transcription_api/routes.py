@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily
+from .capabilities import Capability, CapabilitySet, Engine, Mode, ModelFamily, with_speakers
 from .engines import EnginePool
 
 ROUTES_KEY = "routes.json"
@@ -71,12 +71,7 @@ class PoolRoute(BaseModel, EnginePool):
 
     @property
     def capability_set(self) -> CapabilitySet:
-        caps = self.serving.modes[self.mode]
-        if not self.speakers:
-            return caps
-        return caps.model_copy(
-            update={"capabilities": caps.capabilities | {Capability.DIARIZATION}}
-        )
+        return with_speakers(self.serving.modes[self.mode], self.speakers)
 
     @property
     def capabilities(self) -> frozenset[Capability]:

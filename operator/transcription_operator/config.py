@@ -15,6 +15,12 @@ FRONTEND_IMAGE = Image("frontend", "frontend", "frontend_image/Dockerfile")
 IMAGES = (FRONTEND_IMAGE, *images())
 
 
+# The speaker stage's model (CAM++ exported to ONNX, `SPEAKER_MODEL_FILE` in it), an OCI
+# image mounted read-only by the pools that run the stage (traffic feature diarization).
+SPEAKER_MODEL_IMAGE = f"{REGISTRY}/speaker-campplus:{VERSION}"
+SPEAKER_MODEL_FILE = "campplus.onnx"
+
+
 def default_images() -> dict[str, str]:
     """Image references by key, as this operator version ships them."""
     return {i.key: f"{REGISTRY}/{i.repository}:{VERSION}" for i in IMAGES}
@@ -32,6 +38,8 @@ class OperatorConfig:
     # (`ip:port,...`: the chart's networkPolicy.apiServerEndpoints), else read from that
     # Service's EndpointSlices at start; none known: any address on 443 and 6443.
     api_server: tuple[tuple[str, int], ...] = ()
+    # The speaker model's image (SPEAKER_MODEL_IMAGE: the chart's defaultImages.speakerModel).
+    speaker_model: str = SPEAKER_MODEL_IMAGE
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -50,6 +58,7 @@ class OperatorConfig:
             api_server=tuple(
                 endpoint(e) for e in e.get("API_SERVER_ENDPOINTS", "").split(",") if e.strip()
             ),
+            speaker_model=e.get("SPEAKER_MODEL_IMAGE") or base.speaker_model,
         )
 
 

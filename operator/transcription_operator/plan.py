@@ -19,6 +19,7 @@ from transcription_api.capabilities import (
     ModelFamily,
     covered,
     traffic_needs,
+    with_speakers,
 )
 from transcription_api.engines import SPLIT_FALLBACK_ENGINES, EnginePool, capability_set, profile
 from transcription_api.v1alpha1 import (
@@ -41,6 +42,7 @@ class PlannedPool(EnginePool):
     automatic: bool = False
     covers: frozenset[Capability] = frozenset()  # for automatic pools: the need it serves
     family: ModelFamily = ModelFamily.WHISPER
+    speakers: bool = False  # its workers run the speaker stage (capability diarization)
 
     @property
     def name(self) -> str:
@@ -48,7 +50,7 @@ class PlannedPool(EnginePool):
 
     @property
     def capabilities(self) -> CapabilitySet:  # plan() only yields pools their engines serve
-        return self.capability_set
+        return with_speakers(self.capability_set, self.speakers)
 
     @property
     def max_in_flight_per_replica(self) -> int:
@@ -82,13 +84,21 @@ class Plan:
         return covered((p.capabilities for p in self.pools), needs)
 
 
+def diarized(spec: TranscriptionDeploymentSpec) -> bool:
+    """Whether the traffic asks who spoke when: then every pool whose engine can run the
+    speaker stage does."""
+    return Capability.DIARIZATION.value in spec.traffic.features
+
+
 def declared_pools(spec: TranscriptionDeploymentSpec) -> list[PlannedPool]:
     pools = spec.pools or [PoolSpec(name=DEFAULT_POOL)]
     out = []
     for p in pools:
         engine = spec.pool_engine(p)
         mode = p.mode or default_mode(engine)
-        out.append(PlannedPool(spec=p, engine=engine, mode=mode, family=spec.model.family))
+        speakers = diarized(spec) and profile(engine).speaker_stage
+        out.append(PlannedPool(spec=p, engine=engine, mode=mode, family=spec.model.family,
+                               speakers=speakers))  # fmt: skip
     return out
 
 
@@ -113,7 +123,11 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
         if any(p.capabilities.covers(need) for p in pools):
             continue  # an automatic pool added for an earlier need covers this one too
         family = spec.model.family
-        engine = _split_engine(spec.engine, need, family) if spec.auto_split.enabled else None
+        engine = (
+            _split_engine(spec.engine, need, family, diarized(spec))
+            if spec.auto_split.enabled
+            else None
+        )
         if engine is None:
             uncovered.append(need)
             continue
@@ -128,6 +142,7 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
                 mode=Mode.SEQUENTIAL,
                 automatic=True,
                 family=family,
+                speakers=diarized(spec) and profile(engine).speaker_stage,
             )
         )
     # Say what each automatic pool is there for: the needs no declared pool covers.
@@ -141,6 +156,7 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
             automatic=True,
             covers=frozenset().union(*(n for n in split_needs if p.capabilities.covers(n))),
             family=p.family,
+            speakers=p.speakers,
         )
         for p in pools
     ]
@@ -148,11 +164,12 @@ def plan(spec: TranscriptionDeploymentSpec) -> Plan:
 
 
 def _split_engine(
-    default: Engine, need: frozenset[Capability], family: ModelFamily
+    default: Engine, need: frozenset[Capability], family: ModelFamily, diarized: bool
 ) -> Engine | None:
     for engine in (default, *SPLIT_FALLBACK_ENGINES):
         caps = capability_set(engine, Mode.SEQUENTIAL, family)
-        if caps is not None and caps.covers(need):
+        speakers = diarized and profile(engine).speaker_stage
+        if caps is not None and with_speakers(caps, speakers).covers(need):
             return engine
     return None
 

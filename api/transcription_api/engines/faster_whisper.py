@@ -36,4 +36,5 @@ PROFILE = EngineProfile(
     usable_gpus=1,
     error_dialect=ErrorDialect.OPENAI,
     decoding_settings=True,
+    speaker_stage=True,
 )

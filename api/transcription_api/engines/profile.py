@@ -112,6 +112,9 @@ class EngineProfile:
     # Its workers read the pool's decoding settings (beam size, VAD, threads, batch size,
     # compute type): our own worker does.
     decoding_settings: bool = False
+    # Its worker runs the speaker stage too where the deployment asks for diarization
+    # (POST /v1/audio/diarization, with the speaker model mounted): our own worker does.
+    speaker_stage: bool = False
 
     def serving(self, family: ModelFamily) -> Serving | None:
         return self.serves.get(family)

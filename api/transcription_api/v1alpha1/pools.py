@@ -233,10 +233,14 @@ class TrafficSpec(CrdModel):
         max_length=3,
     )
     features: list[
-        Literal["stream", "segment_timestamps", "word_timestamps", "language_detection"]
+        Literal[
+            "stream", "segment_timestamps", "word_timestamps", "language_detection", "diarization"
+        ]
     ] = Field(
         default_factory=list,
         description="Options requests will use: stream, segment_timestamps (also needed for "
-        "srt/vtt/verbose_json), word_timestamps, language_detection.",
-        max_length=4,
+        "srt/vtt/verbose_json), word_timestamps, language_detection, diarization "
+        "(response_format diarized_json: the faster-whisper pools, declared or added, run the "
+        "speaker stage, its model mounted from the operator's speaker model image).",
+        max_length=5,
     )

@@ -36,6 +36,7 @@ def route_table(td: TranscriptionDeployment, the_plan: Plan) -> RouteTable:
                 transcription_prompt=td.spec.model.transcription_prompt
                 if p.serving.asked == Asked.CHAT
                 else None,
+                speakers=p.speakers,
             )
             for p in the_plan.pools
         ],

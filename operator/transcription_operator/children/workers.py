@@ -10,7 +10,7 @@ from transcription_api.units import cpu_threads
 from transcription_api.v1alpha1 import TranscriptionDeployment, WeightsSource
 from transcription_api.worker import CACHE_DIR, WEIGHTS_DIR, WORKER_PORT, WorkerSettings
 
-from ..config import OperatorConfig
+from ..config import SPEAKER_MODEL_FILE, OperatorConfig
 from ..names import ENGINE_LABEL, pool_object_name, selector
 from ..plan import PlannedPool
 from .meta import Manifest, object_meta
@@ -24,6 +24,7 @@ from .pods import (
 )
 from .tracing import traces_url, tracing_env
 
+SPEAKERS_DIR = "/speakers"  # where a pool that runs the speaker stage mounts its model
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -132,8 +133,13 @@ def worker_deployment(
         name = pool_object_name(td, pool.name)
         env += tracing_env(td, name, {"k8s.deployment.name": name, "transcription.pool": pool.name,
                                       "transcription.engine": pool.engine.value}, own)  # fmt: skip
+    if pool.speakers:  # the speaker stage's model, from its image (speaker_volume)
+        env.append({"name": "SPEAKER_MODEL", "value": f"{SPEAKERS_DIR}/{SPEAKER_MODEL_FILE}"})
     env += own
     volumes, mounts = _worker_volumes(td, pool)
+    if pool.speakers:
+        volumes.append({"name": "speakers", "image": {"reference": cfg.speaker_model}})
+        mounts.append({"name": "speakers", "mountPath": SPEAKERS_DIR, "readOnly": True})
     container: dict[str, Any] = {
         "name": "engine",
         "image": worker_image(td, cfg, pool),
