@@ -22,7 +22,7 @@ from pathlib import Path
 
 import toolchain
 from release import cli
-from release.images import NAMES
+from release.images import RELEASED as NAMES
 from release.version import IMAGE_REF, current
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -73,6 +73,10 @@ IMAGES = (
     ),
 )
 NAMES = tuple(i.name for i in IMAGES)
+# Images the release packs from files, not from a Dockerfile (`python -m
+# transcription_api.weights pack`, the workflow's `speakers` job) and that the chart names.
+PACKED = ("speaker-campplus",)
+RELEASED = NAMES + PACKED  # every image a release publishes that install.yaml names
 
 
 def by_name(name: str) -> ReleaseImage:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from release import cli
-from release.images import NAMES
+from release.images import RELEASED
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "pyproject.toml"
@@ -34,7 +34,7 @@ FORMAT = "MAJOR.MINOR.PATCH or MAJOR.MINOR.PATCH-(alpha|beta|rc).N, e.g. 0.2.0 o
 
 # A registry (host, optional port and namespace), as GHCR and Docker spell them: lowercase.
 _REGISTRY = r"[a-z0-9][a-z0-9.-]*(?::[0-9]+)?(?:/[a-z0-9][a-z0-9._-]*)*"
-_names = "|".join(sorted(NAMES, key=len, reverse=True))  # worker-vllm-cpu before worker-vllm
+_names = "|".join(sorted(RELEASED, key=len, reverse=True))  # worker-vllm-cpu before worker-vllm
 # A reference to a released image: <registry>/<name>[:<version>] (charts/render_install.py
 # pins them by digest).
 IMAGE_REF = (

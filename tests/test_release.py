@@ -26,7 +26,9 @@ REGISTRY = "ghcr.io/transcription-dev"
 
 
 def digests(seed: str = "") -> dict[str, str]:
-    return {n: "sha256:" + (seed + format(i, "x") * 64)[:64] for i, n in enumerate(images.NAMES, 1)}
+    return {
+        n: "sha256:" + (seed + format(i, "x") * 64)[:64] for i, n in enumerate(images.RELEASED, 1)
+    }
 
 
 @pytest.fixture
@@ -67,10 +69,14 @@ def test_the_running_code_reports_the_source_version() -> None:
 
 def test_every_released_image_is_found_in_the_places_that_name_images() -> None:
     """The chart, install.yaml and the operator's defaults name each released image except
-    the operator's own (the chart's image.repository) by the same reference."""
+    the operator's own (the chart's image.repository) by the same reference; the packed
+    speaker model too."""
+    from transcription_operator import config
+
     values = (ROOT / version.CHART / "values.yaml").read_text()
     refs = {m.group("name") for m in re.finditer(version.IMAGE_REF, values)}
-    assert refs == set(images.NAMES)
+    assert refs == set(images.RELEASED)
+    assert f"{REGISTRY}/speaker-campplus:{version.current()}" == config.SPEAKER_MODEL_IMAGE
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,7 @@ def test_the_modules_the_workflows_run_exist() -> None:
         "charts.render_install",
         "testbed",
         "transcription_api.weights",
+        "transcription_worker.speakers.export",
     }
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
