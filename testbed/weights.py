@@ -47,13 +47,29 @@ def tiny_en(dest: Path, *, transformers: bool = False, notes: str = "") -> Path:
     return dest
 
 
-def on_the_node(model: Path, tag: str, path: str, tmp: Path) -> str:
-    """`model` packed under `path` as IMAGE:tag, imported into the real node's containerd;
+def on_the_node(model: Path, tag: str, path: str, tmp: Path, image: str = IMAGE) -> str:
+    """`model` packed under `path` as image:tag, imported into the real node's containerd;
     its reference pinned by digest (spec.model.image)."""
     archive = tmp / f"weights-{tag}.tar"
-    pinned = weights.pack(model, f"{IMAGE}:{tag}", path=path, archive=archive)
+    pinned = weights.pack(model, f"{image}:{tag}", path=path, archive=archive)
     node = testbed.cluster.node()
     node.ctr("images", "import", "--local", str(archive), timeout=300)
-    node.ctr("images", "tag", "--force", f"{IMAGE}:{tag}", pinned)
+    node.ctr("images", "tag", "--force", f"{image}:{tag}", pinned)
     archive.unlink()
     return pinned
+
+
+SPEAKERS = "testbed.local/speakers/campplus"
+
+
+def speaker_model_on_the_node(tmp: Path) -> str:
+    """The speaker stage's model (testkit.speaker_model's export) as the image the chart's
+    defaultImages.speakerModel names: campplus.onnx at its root, imported into the node."""
+    from testkit.speaker_model import onnx_model
+
+    folder = tmp / "speakers"
+    folder.mkdir()
+    shutil.copyfile(onnx_model(), folder / "campplus.onnx")
+    for p in [folder, *folder.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return on_the_node(folder, "v1", "", tmp, image=SPEAKERS)

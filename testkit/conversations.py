@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import wave
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -346,3 +347,11 @@ def summary(conversations: list[Conversation]) -> Summary:
         turns=sum(len(c.turns) for c in conversations),
         speakers=[len(c.speakers) for c in conversations],
     )
+
+
+def right_share(conversation: Conversation, pieces: Sequence[Any], names: dict[str, str]) -> float:
+    """The share of `pieces` (with `start`, `end` and `speaker`) whose speaker, mapped by
+    `names` to the conversation's labels, is the one speaking most of that time."""
+    said = [conversation.speaker_at(p.start, p.end) for p in pieces]
+    right = sum(names.get(p.speaker) == who for p, who in zip(pieces, said, strict=True))
+    return right / len(pieces) if pieces else 0.0

@@ -67,14 +67,6 @@ def client(worker: Running) -> Iterator[openai.OpenAI]:
     fe.stop()
 
 
-def right_share(two: Conversation, answer: TranscriptionDiarized, names: dict[str, str]) -> float:
-    """The share of the answer's segments whose speaker (mapped by `names`) is the one the
-    conversation had speaking at that time."""
-    said = [two.speaker_at(s.start, s.end) for s in answer.segments]
-    right = sum(names.get(s.speaker) == who for s, who in zip(answer.segments, said, strict=True))
-    return right / len(answer.segments)
-
-
 def test_who_said_what_comes_back_in_openais_diarized_shape(
     client: openai.OpenAI, two: Conversation
 ) -> None:
@@ -88,7 +80,9 @@ def test_who_said_what_comes_back_in_openais_diarized_shape(
     assert answer.segments[0].speaker == "A"  # the first to speak is A
     first = two.turns[0].speaker
     other = next(t.speaker for t in two.turns if t.speaker != first)
-    assert right_share(two, answer, {"A": first, "B": other}) >= 0.9, answer.segments
+    assert conversations.right_share(two, answer.segments, {"A": first, "B": other}) >= 0.9, (
+        answer.segments
+    )
     assert answer.usage is not None and answer.usage.type == "duration"
     # Segments are cut where the speaker changes: there are at least as many as turns.
     assert len(answer.segments) >= len(two.turns) - 1
@@ -111,7 +105,7 @@ def test_known_speakers_are_named_and_a_stream_sends_labelled_segments(
         )
     assert isinstance(answer, TranscriptionDiarized)
     assert {s.speaker for s in answer.segments} == {"Ann", "Bob"}
-    assert right_share(two, answer, names) >= 0.9, answer.segments
+    assert conversations.right_share(two, answer.segments, names) >= 0.9, answer.segments
     with two.wav.open("rb") as f:
         stream = client.audio.transcriptions.create(
             model="whisper-1", file=f, response_format="diarized_json", stream=True, **known
