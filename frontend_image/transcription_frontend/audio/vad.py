@@ -12,7 +12,6 @@ gives the same probabilities as faster-whisper's whole-clip batch.
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 import onnxruntime  # type: ignore[import-untyped]
+
+from transcription_api.silero import model_path
 
 FRAME = 512  # samples of 16 kHz audio a probability covers
 CONTEXT = 64  # samples of the previous frame the model sees before each frame
@@ -47,24 +48,6 @@ Samples = npt.NDArray[np.int16]
 def neg_threshold(threshold: float) -> float:
     """Below this probability a frame is silence, for speech at `threshold` and above."""
     return max(threshold - NEG_OFFSET, 0.01)
-
-
-def model_path() -> Path:
-    """Where faster-whisper keeps silero_vad_v6.onnx, found without importing it."""
-    spec = importlib.util.find_spec("faster_whisper")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "voice activity detection needs the faster-whisper package "
-            "(its Silero VAD model, assets/silero_vad_v6.onnx); it is not installed"
-        )
-    for directory in spec.submodule_search_locations:
-        path = Path(directory) / "assets" / "silero_vad_v6.onnx"
-        if path.is_file():
-            return path
-    raise RuntimeError(
-        "the faster-whisper package has no assets/silero_vad_v6.onnx "
-        "(Silero VAD v6 came with faster-whisper 1.2)"
-    )
 
 
 @functools.cache

@@ -12,7 +12,6 @@ are dropped; each is widened by `pad_ms` on both sides (not past its neighbours)
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnxruntime  # type: ignore[import-untyped]
+
+from transcription_api.silero import model_path
 
 from .fbank import SAMPLE_RATE
 
@@ -34,21 +35,6 @@ class VadSettings:
     min_speech_ms: int = 250
     min_silence_ms: int = 100
     pad_ms: int = 30
-
-
-def model_path() -> Path:
-    """Where faster-whisper keeps silero_vad_v6.onnx, found without importing it."""
-    spec = importlib.util.find_spec("faster_whisper")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            "the speaker stage's VAD needs the faster-whisper package "
-            "(its Silero VAD model, assets/silero_vad_v6.onnx); it is not installed"
-        )
-    for directory in spec.submodule_search_locations:
-        path = Path(directory) / "assets" / "silero_vad_v6.onnx"
-        if path.is_file():
-            return path
-    raise RuntimeError("the faster-whisper package has no assets/silero_vad_v6.onnx")
 
 
 @functools.cache
