@@ -9,7 +9,9 @@ PodSecurity `restricted`:
 - `batch`, a continuous vLLM pool, autoscaled by KEDA from the frontend's load signal;
 - `seq`, a sequential vLLM pool (`--max-num-seqs 1`, with the token budget the launcher adds);
 - `auto-faster-whisper`, added by the operator itself because the traffic declares word
-  timestamps, which vLLM cannot serve: the founding case, end to end.
+  timestamps and diarization, which vLLM cannot serve: the founding case, end to end. It
+  also runs the speaker stage (the speaker model as an OCI image): a diarized request's
+  transcript is vLLM's, its speakers this pool's (issue 35).
 
 The official OpenAI client sends every kind of request through the frontend's Service; the
 frontend's metrics show which pool answered each. Last, a TranscriptionGateway puts this
@@ -33,12 +35,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.audio import TranscriptionDiarized
 
 import testbed.cluster
 from testbed import images, weights
 from testbed.kube import td_get, wait_for
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
+from testkit import conversations
 from testkit.audio import SENTENCES, wer, words
 from testkit.longaudio import long_recording
 from testkit.realtime import conversation, pcm, refusal, transcribe_turns, transcripts
@@ -88,7 +92,7 @@ RESOURCE: dict[str, Any] = {
                 "engineArgs": ["--enforce-eager"],
             },
         ],
-        "traffic": {"features": ["stream", "word_timestamps"]},
+        "traffic": {"features": ["stream", "word_timestamps", "diarization"]},
         "autoSplit": {"replicas": 1},
         "frontend": {"replicas": 1},
     },
@@ -110,10 +114,17 @@ def weights_image(tmp_path_factory: pytest.TempPathFactory, real_node: str) -> s
 
 
 @pytest.fixture(scope="module")
+def speaker_image(tmp_path_factory: pytest.TempPathFactory, real_node: str) -> str:
+    return weights.speaker_model_on_the_node(tmp_path_factory.mktemp("speakers"))
+
+
+@pytest.fixture(scope="module")
 def namespace(
-    kubectl: Kubectl, cluster: Path, worker_image: str, weights_image: str, crd_installed: None
-) -> Iterator[str]:
-    extra = ("--set", f"defaultImages.vllmCpu={worker_image}")
+    kubectl: Kubectl, cluster: Path, worker_image: str, weights_image: str, speaker_image: str,
+    crd_installed: None,
+) -> Iterator[str]:  # fmt: skip
+    extra = ("--set", f"defaultImages.vllmCpu={worker_image}",
+             "--set", f"defaultImages.speakerModel={speaker_image}")  # fmt: skip
     resource = json.loads(json.dumps(RESOURCE))
     resource["spec"]["model"]["image"] = weights_image
     # torch's import, vLLM's engine start and its profiling run come before /health.
@@ -309,6 +320,39 @@ def test_long_audio_is_chunked_for_the_vllm_pool(
     served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
     assert served.get(("transcriptions", "batch"), 0) >= 2, served
     assert served.get(("transcriptions", "chunked"), 0) == 1, served
+
+
+def test_a_long_diarized_file_vllm_transcribes_its_chunks_the_added_pool_finds_the_speakers(
+    kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """Two espeak-ng voices taking 14 turns (about a minute), `diarized_json` with
+    `chunking_strategy`: the transcript is cut into chunks for vLLM's continuous pool (in
+    segments: vLLM has no word times), the speakers come from one clustering over the whole
+    file by the faster-whisper pool the operator added; the labels agree across chunks."""
+    spec = conversations.Spec("long-two", conversations.specs("two", 1)[0].voices, turns=14,
+                              seed=735)  # fmt: skip
+    talk = conversations.conversation(spec, tmp_path)
+    before = requests_by_pool(kubectl, namespace)
+    with talk.wav.open("rb") as f:
+        answer = client(service_url(kubectl, namespace)).audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", chunking_strategy="auto"
+        )
+    after = requests_by_pool(kubectl, namespace)
+    served = {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    assert isinstance(answer, TranscriptionDiarized), type(answer)
+    first = talk.turns[0].speaker
+    other = next(t.speaker for t in talk.turns if t.speaker != first)
+    share = conversations.right_share(talk, answer.segments, {"A": first, "B": other})
+    said = " ".join(t.text for t in talk.turns)
+    print(f"\ndiarized, chunked on vLLM: {talk.duration:.0f} s, {len(answer.segments)} segments, "
+          f"{share:.0%} with the right speaker, WER {wer(said, answer.text):.3f}; {served}")  # fmt: skip
+    assert {s.speaker for s in answer.segments} == {"A", "B"}, answer.segments
+    assert share >= 0.8, answer.segments
+    assert wer(said, answer.text) <= 0.5, answer.text  # half the sentences are hard ones
+    # The transcript's chunks went to vLLM, none to the added pool, which diarized.
+    assert served.get(("transcriptions", "batch"), 0) >= 2, served
+    assert ("transcriptions", AUTO) not in served, served
+    assert any(pool == AUTO for _, pool in served), served
 
 
 def test_an_english_only_model_refuses_another_language_clearly(

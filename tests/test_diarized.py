@@ -18,7 +18,7 @@ from openai.types.audio import TranscriptionDiarized
 from testkit import conversations, speaker_model
 from testkit.conversations import Conversation
 from testkit.frontend import in_process
-from testkit.standins import Running, start
+from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
@@ -150,3 +150,41 @@ def test_a_deployment_without_the_speaker_stage_names_the_capability(
         assert "missing capability diarization" in body["message"], body
     finally:
         fe.stop()
+
+
+def test_a_vllm_pool_keeps_the_transcript_and_the_speaker_pool_finds_who_spoke(
+    worker: Running, two: Conversation
+) -> None:
+    """A continuous vLLM pool (the stand-in, with segments) beside a faster-whisper pool that
+    runs the speaker stage: the transcript is vLLM's, asked in segments (vLLM has no word
+    times), and each of its segments gets the speaker the real stage heard there."""
+    vllm = Behaviour(segments=True)
+    v = start(vllm_app(NAMES, vllm))
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="v",
+                  endpoints=[v.url]),
+        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
+                  endpoints=[worker.url], speakers=True),
+    ])  # fmt: skip
+    fe = start(create_app(Gateway(router=Router(table), settings=in_process())))
+    try:
+        c = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+        with two.wav.open("rb") as f:
+            answer = c.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json"
+            )
+    finally:
+        fe.stop()
+        v.stop()
+    assert vllm.seen, "the vLLM pool got no transcript to do"
+    for seen in vllm.seen:
+        assert dict(seen.fields)["response_format"] == "verbose_json", seen.fields
+        asked = [v for k, v in seen.fields if k.startswith("timestamp_granularities")]
+        assert asked == ["segment"], seen.fields
+    assert isinstance(answer, TranscriptionDiarized)
+    invented = {"The quick roundfoc stump over the lazy dog.",
+                "Cuban eat separators reconcile denial to state into running workloads."}  # fmt: skip
+    assert {s.text for s in answer.segments} <= invented, answer.segments
+    # The stand-in's first segment (0-3.2 s) is the first voice's turn, its second (3.2-6.8 s)
+    # mostly the second's.
+    assert [s.speaker for s in answer.segments[:2]] == ["A", "B"], answer.segments

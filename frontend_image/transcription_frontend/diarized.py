@@ -3,9 +3,10 @@
 A diarized request becomes two requests into the gateway's own pipeline (`subrequest.PART`),
 sent at once:
 
-- its transcript: the client's fields, as `verbose_json` with word times where a pool of
-  the deployment has them (segments otherwise), so any engine's pool transcribes it, long
-  audio cut into chunks as for any request (`chunking_strategy`);
+- its transcript: the client's fields, as `verbose_json`, to the pool any timed transcript
+  goes to (a continuous vLLM pool before a faster-whisper one), with word times where that
+  pool gives them (segments otherwise), long audio cut into chunks as for any request
+  (`chunking_strategy`);
 - its speakers: `POST /v1/audio/diarization` to a pool whose workers run the speaker stage
   (capability diarization), with the known speakers; one clustering over the whole file, so
   labels are the same however the transcript was cut.
@@ -81,9 +82,7 @@ async def transcribe_diarized(
     assert upload.file is not None
     headers = dict(scope["headers"])
     caller = Caller(headers.get(b"authorization"), scope.get("client"), request_id(scope))
-    words = not isinstance(
-        gw.router.candidates(table, frozenset({Capability.WORD_TIMESTAMPS}), upload.size), NoPool
-    )
+    words = _words(gw, table, upload.size)
     model = [("model", table.model)] if not any(k == "model" for k, _ in upload.fields) else []
     asr_fields = [
         *model,
@@ -120,6 +119,18 @@ async def transcribe_diarized(
         yield sse.encode(TextDone(text=answer.text, usage=usage))
 
     return Reply(200, sse.MEDIA_TYPE, stream=events(), headers=dict(sse.HEADERS), seconds=seconds)
+
+
+def _words(gw: Gateway, table: RouteTable, size: int) -> bool:
+    """Whether to ask the transcript for word times: where the pool it goes to first (the
+    one any timed transcript goes to) gives them. A vLLM pool beside a small faster-whisper
+    pool that runs the speaker stage keeps the transcripts, in segments; the small pool
+    only diarizes."""
+    timed = frozenset({Capability.TRANSCRIPTIONS, Capability.SEGMENT_TIMESTAMPS})
+    pools = gw.router.candidates(table, timed, size)
+    return not isinstance(pools, NoPool) and pools[0].capability_set.covers(
+        frozenset({Capability.WORD_TIMESTAMPS})
+    )
 
 
 Part = TypeVar("Part", VerboseTranscription, SpeakerTurns)
