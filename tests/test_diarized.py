@@ -8,6 +8,7 @@ a deployment without the speaker stage answers a 400 naming the capability."""
 from __future__ import annotations
 
 import base64
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from testkit.conversations import Conversation
 from testkit.frontend import in_process
 from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
+from transcription_api.frontend import FrontendLimits
 from transcription_api.routes import PoolRoute, RouteTable
 from transcription_frontend.app import Gateway, create_app
 from transcription_frontend.routing import Router
@@ -188,3 +190,48 @@ def test_a_vllm_pool_keeps_the_transcript_and_the_speaker_pool_finds_who_spoke(
     # The stand-in's first segment (0-3.2 s) is the first voice's turn, its second (3.2-6.8 s)
     # mostly the second's.
     assert [s.speaker for s in answer.segments[:2]] == ["A", "B"], answer.segments
+
+
+def test_known_speaker_references_count_in_the_gateways_memory_budget(
+    worker: Running, two: Conversation, tmp_path: Path
+) -> None:
+    """References are held in memory until the answer: three of 9.5 s (1.2 MB as data URLs)
+    pass a 1 MiB bufferedBodyBytes, a 503 naming them; nothing stays counted, and one
+    reference then goes through."""
+    with wave.open(str(two.references["S1"])) as w:
+        params, frames = w.getparams(), w.readframes(w.getnframes())
+    need = int(9.5 * params.framerate) * params.sampwidth * params.nchannels
+    clip = tmp_path / "long-reference.wav"
+    with wave.open(str(clip), "wb") as w:
+        w.setparams(params)
+        w.writeframes((frames * (need // len(frames) + 1))[:need])
+    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
+                  endpoints=[worker.url], speakers=True),
+    ])  # fmt: skip
+    limits = FrontendLimits(buffered_body_bytes=1024**2)
+    gw = Gateway(router=Router(table), settings=in_process(limits=limits))
+    fe = start(create_app(gw))
+    try:
+        c = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
+        with two.wav.open("rb") as f, pytest.raises(openai.InternalServerError) as e:
+            c.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json",
+                known_speaker_names=["Ann", "Bob", "Cy"],
+                known_speaker_references=[data_url(clip)] * 3,
+            )  # fmt: skip
+        body = e.value.body
+        assert e.value.status_code == 503, body
+        assert isinstance(body, dict) and body["code"] == "memory_budget_exceeded", body
+        assert "known speaker references" in body["message"], body
+        assert gw.body_budget.bytes == 0
+        with two.wav.open("rb") as f:
+            answer = c.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json",
+                known_speaker_names=["Ann"], known_speaker_references=[data_url(clip)],
+            )  # fmt: skip
+        assert isinstance(answer, TranscriptionDiarized)
+        assert "Ann" in {s.speaker for s in answer.segments}, answer.segments
+        assert gw.body_budget.bytes == 0
+    finally:
+        fe.stop()

@@ -118,8 +118,9 @@ class FrontendLimits(CrdModel):
         "memory, all requests and sessions together: a chat completion's JSON body is parsed "
         "whole and counts its length from when it has arrived (it is spooled while it arrives) "
         "until its answer has been sent; a realtime session's input audio buffer (16-bit PCM, "
-        "not yet committed) counts its length, each append counted whole before it is decoded. "
-        "Uploads are spooled and streamed, also to audio language models, and count nothing. "
+        "not yet committed) counts its length, each append counted whole before it is decoded; "
+        "a diarized request's known speaker references (data URLs) count their length until "
+        "it is answered. Uploads are spooled and streamed, also to audio language models, and count nothing. "
         "A body that would pass it: 503 with Retry-After; an append: an error event "
         "`memory_budget_exceeded`, and the session goes on. The default keeps the frontend's "
         "default 512Mi memory limit safe (parsing takes about twice a body, briefly).",

@@ -23,7 +23,9 @@ requests together (a chat completion's JSON, parsed whole once it has arrived: s
 until then), and refuses a body that would pass `buffered_body_bytes` with 503 and
 `Retry-After`, instead of growing until the replica is killed for its memory. Realtime
 sessions count their input audio buffers in the same budget (`Held`, resized as a buffer
-grows and shrinks); an append that would pass it gets an error event instead.
+grows and shrinks); an append that would pass it gets an error event instead. So do a
+diarized request's known speaker references (data URLs of audio, up to 4 x 2 MB), held in
+memory until it is answered.
 """
 
 from __future__ import annotations
@@ -196,8 +198,9 @@ class BodyBudget:
     @contextmanager
     def hold(self, size: int, what: str) -> Iterator[None]:
         """Count `size` bytes of `what` in while the block runs (503 if they would pass the
-        budget); out once, however it ends."""
-        self.check(size, what)
+        budget; nothing to hold refuses nothing); out once, however it ends."""
+        if size:
+            self.check(size, what)
         self.bytes += size
         try:
             yield

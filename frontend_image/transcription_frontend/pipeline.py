@@ -51,7 +51,13 @@ from starlette.types import Message, Receive, Scope, Send
 from transcription_api.capabilities import Capability, request_needs
 from transcription_api.chunking import parse_chunking
 from transcription_api.errors import APIError, bad_request
-from transcription_api.multipart import Limit, Upload, check_length, parse_upload
+from transcription_api.multipart import (
+    LARGE_FIELDS,
+    Limit,
+    Upload,
+    check_length,
+    parse_upload,
+)
 from transcription_api.openai import TranscriptionRequest
 from transcription_api.params import parse_request
 from transcription_api.routes import PoolRoute, RouteTable
@@ -204,6 +210,18 @@ async def run(
             span.set("transcription.pool", obs.pool)
 
 
+REFERENCES = "request's known speaker references"
+
+
+def _references(scope: Scope, upload: Upload) -> int:
+    """Bytes of a client's known speaker references (up to 4 data URLs of 2-10 s of audio),
+    held in memory until its answer: counted in the gateway's memory budget. A diarized
+    request's parts hold copies of them only while their request holds the originals."""
+    if kind(scope) is not None:
+        return 0
+    return sum(len(v) for k, v in upload.fields if k in LARGE_FIELDS)
+
+
 async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
     headers = Request(ex.scope).headers
     caller = ex.identify()
@@ -230,7 +248,7 @@ async def _pipeline(ex: Exchange, endpoint: Capability) -> None:
                                     headers.get("content-type"), limit, routed,
                                     ex.ticket.on_file_head(length))  # fmt: skip
         span.set("transcription.upload.bytes", upload.size)
-    with closing(upload):
+    with closing(upload), ex.gw.body_budget.hold(_references(ex.scope, upload), REFERENCES):
         ex.obs.upload(upload.size)
         with tracer.span("parse") as span:
             request = parse_request(upload.fields)
