@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types.audio import TranscriptionDiarized
@@ -108,3 +109,38 @@ def test_known_speakers_and_a_stream_through_the_service(
     assert {e.type for e in segments} == {"transcript.text.segment"}
     assert {e.speaker for e in segments} == {"Ann", "Bob"}  # type: ignore[union-attr]
     assert conversations.right_share(two, segments, names) >= 0.9
+
+
+def chunked_requests(kubectl: Kubectl, ns: str) -> float:
+    """The frontends' count of requests cut into chunks."""
+    total = 0.0
+    for pod in kubectl.pods(ns, NAME, "frontend"):
+        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
+        total += sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                     if line.startswith("transcription_frontend_chunked_requests_total{"))  # fmt: skip
+    return total
+
+
+def test_a_long_file_in_chunks_keeps_one_label_per_voice(
+    kubectl: Kubectl, client: tuple[openai.OpenAI, str], tmp_path: Path
+) -> None:
+    """About a minute of two voices with `chunking_strategy`: the transcript is cut into
+    chunks, the speakers come from one clustering over the whole file, so a voice keeps its
+    label from the first chunk to the last."""
+    c, ns = client
+    talk = conversations.conversation(conversations.long_two(), tmp_path)
+    before = chunked_requests(kubectl, ns)
+    with talk.wav.open("rb") as f:
+        answer = c.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", chunking_strategy="auto"
+        )
+    assert isinstance(answer, TranscriptionDiarized), type(answer)
+    assert chunked_requests(kubectl, ns) == before + 1
+    first = talk.turns[0].speaker
+    other = next(t.speaker for t in talk.turns if t.speaker != first)
+    share = conversations.right_share(talk, answer.segments, {"A": first, "B": other})
+    print(f"diarized in chunks on the real node: {talk.duration:.0f} s, "
+          f"{len(answer.segments)} segments, {share:.0%} with the right speaker")  # fmt: skip
+    assert {s.speaker for s in answer.segments} == {"A", "B"}, answer.segments
+    assert share >= 0.9, answer.segments
+    assert answer.segments[-1].end > talk.duration - 10, answer.segments[-1]

@@ -329,9 +329,7 @@ def test_a_long_diarized_file_vllm_transcribes_its_chunks_the_added_pool_finds_t
     `chunking_strategy`: the transcript is cut into chunks for vLLM's continuous pool (in
     segments: vLLM has no word times), the speakers come from one clustering over the whole
     file by the faster-whisper pool the operator added; the labels agree across chunks."""
-    spec = conversations.Spec("long-two", conversations.specs("two", 1)[0].voices, turns=14,
-                              seed=735)  # fmt: skip
-    talk = conversations.conversation(spec, tmp_path)
+    talk = conversations.conversation(conversations.long_two(), tmp_path)
     before = requests_by_pool(kubectl, namespace)
     with talk.wav.open("rb") as f:
         answer = client(service_url(kubectl, namespace)).audio.transcriptions.create(

@@ -186,6 +186,12 @@ def specs(set_name: str, count: int = 3) -> list[Spec]:
 SETS = ("two", "three", "four", "hard")
 
 
+def long_two() -> Spec:
+    """Two distinct voices taking 14 turns (about a minute): long enough that the gateway
+    cuts its transcript into chunks (`chunking_strategy`)."""
+    return Spec("long-two", _pick(2, 0), turns=14, seed=735)
+
+
 def conversation_set(set_name: str, directory: Path, count: int = 3) -> list[Conversation]:
     return [conversation(s, directory) for s in specs(set_name, count)]
 
