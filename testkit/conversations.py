@@ -208,10 +208,13 @@ def _speak(voice: Voice, text: str, work: Path) -> Floats:
     """`text` in `voice` as 16 kHz float samples, espeak-ng's silence trimmed."""
     raw, out = work / "raw.wav", work / "out.wav"
     subprocess.run(["espeak-ng", *voice.argv, "-w", str(raw), text], check=True)
+    # -R: sox's dither is seeded, so a spec makes the same file every time (unseeded, the
+    # dither moved where a voice rises above silence, and with it every turn after).
     subprocess.run(
-        ["sox", "-V1", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out), "vol", "0.8"],
+        ["sox", "-R", "-V1", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out),
+         "vol", "0.8"],
         check=True,
-    )
+    )  # fmt: skip
     samples = read_wav(out)
     loud = np.flatnonzero(np.abs(samples) > SILENCE)
     return samples[loud[0] : loud[-1] + 1] if loud.size else samples[:0]
