@@ -120,7 +120,8 @@ class FrontendLimits(CrdModel):
         "until its answer has been sent; a realtime session's input audio buffer (16-bit PCM, "
         "not yet committed) counts its length, each append counted whole before it is decoded; "
         "a diarized request's known speaker references (data URLs) count their length until "
-        "it is answered. Uploads are spooled and streamed, also to audio language models, and count nothing. "
+        "it is answered. Uploads are spooled and streamed, also to audio language models, "
+        "and count nothing. "
         "A body that would pass it: 503 with Retry-After; an append: an error event "
         "`memory_budget_exceeded`, and the session goes on. The default keeps the frontend's "
         "default 512Mi memory limit safe (parsing takes about twice a body, briefly).",
