@@ -43,12 +43,19 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Conversation:
     return conversations.conversation(spec, tmp_path_factory.mktemp("conversations"))
 
 
-def gateway(worker: Running, speakers: bool) -> Running:
-    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+def routes(worker: Running, speakers: bool, *first: PoolRoute) -> RouteTable:
+    """The worker's deployment: its faster-whisper pool, after the pools `first`."""
+    return RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
+        *first,
         PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
                   endpoints=[worker.url], speakers=speakers),
     ])  # fmt: skip
-    return start(create_app(Gateway(router=Router(table), settings=in_process())))
+
+
+def gateway(worker: Running, speakers: bool) -> Running:
+    return start(
+        create_app(Gateway(router=Router(routes(worker, speakers)), settings=in_process()))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +169,10 @@ def test_a_vllm_pool_keeps_the_transcript_and_the_speaker_pool_finds_who_spoke(
     times), and each of its segments gets the speaker the real stage heard there."""
     vllm = Behaviour(segments=True)
     v = start(vllm_app(NAMES, vllm))
-    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
-        PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="v",
-                  endpoints=[v.url]),
-        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
-                  endpoints=[worker.url], speakers=True),
-    ])  # fmt: skip
-    fe = start(create_app(Gateway(router=Router(table), settings=in_process())))
+    batch = PoolRoute(name="batch", engine=Engine.VLLM, mode=Mode.CONTINUOUS, service="v",
+                      endpoints=[v.url])  # fmt: skip
+    fe = start(create_app(Gateway(router=Router(routes(worker, True, batch)),
+                                  settings=in_process())))  # fmt: skip
     try:
         c = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
         with two.wav.open("rb") as f:
@@ -205,12 +209,8 @@ def test_known_speaker_references_count_in_the_gateways_memory_budget(
     with wave.open(str(clip), "wb") as w:
         w.setparams(params)
         w.writeframes((frames * (need // len(frames) + 1))[:need])
-    table = RouteTable(model=NAMES[0], aliases=NAMES[1:], pools=[
-        PoolRoute(name="cpu", engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL, service="c",
-                  endpoints=[worker.url], speakers=True),
-    ])  # fmt: skip
     limits = FrontendLimits(buffered_body_bytes=1024**2)
-    gw = Gateway(router=Router(table), settings=in_process(limits=limits))
+    gw = Gateway(router=Router(routes(worker, True)), settings=in_process(limits=limits))
     fe = start(create_app(gw))
     try:
         c = openai.OpenAI(base_url=f"{fe.url}/v1", api_key="none", max_retries=0)
