@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from openai.types.audio import TranscriptionDiarized
@@ -25,6 +24,7 @@ from testbed.operators import deployed_on_the_real_node
 from testbed.weights import speaker_model_on_the_node
 from testkit import conversations
 from testkit.conversations import Conversation
+from testkit.scrape import pods_metric
 
 NAME = "whisper-cpu"
 
@@ -113,12 +113,8 @@ def test_known_speakers_and_a_stream_through_the_service(
 
 def chunked_requests(kubectl: Kubectl, ns: str) -> float:
     """The frontends' count of requests cut into chunks."""
-    total = 0.0
-    for pod in kubectl.pods(ns, NAME, "frontend"):
-        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
-        total += sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-                     if line.startswith("transcription_frontend_chunked_requests_total{"))  # fmt: skip
-    return total
+    pods = kubectl.pods(ns, NAME, "frontend")
+    return sum(pods_metric(pods, "transcription_frontend_chunked_requests_total").values())
 
 
 def test_a_long_file_in_chunks_keeps_one_label_per_voice(

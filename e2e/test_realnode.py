@@ -40,6 +40,7 @@ from testkit.audio import SENTENCES, wer
 from testkit.longaudio import long_recording
 from testkit.otlp import Collector, tree
 from testkit.realtime import conversation, pcm, transcribe_turns, transcripts
+from testkit.scrape import pods_metric
 from testkit.transcripts import billed, client, report, transcribe, transcribe_all
 from transcription_api.v1alpha1 import TranscriptionDeployment
 from transcription_operator.children import build
@@ -222,18 +223,12 @@ def test_openai_client_transcribes_through_port_forward(
     report("port-forward", transcribe_all(port_forward, speech))
 
 
-def frontend_metrics(
-    stack: Stack, name: str = "transcription_frontend_worker_requests_total"
-) -> dict[str, float]:
-    """One metric's series, summed over the frontend pods."""
-    out: dict[str, float] = {}
-    for pod in stack.pods("frontend"):
-        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith(name + "{"):
-                key, _, value = line.rpartition(" ")
-                out[key] = out.get(key, 0.0) + float(value)
-    return out
+WORKER_REQUESTS = "transcription_frontend_worker_requests_total"
+
+
+def frontend_metrics(stack: Stack, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """One counter summed over the frontend pods, by the values of the labels `keys`."""
+    return pods_metric(stack.pods("frontend"), name, *keys)
 
 
 def test_the_seconds_of_audio_are_the_usage_and_are_metered(
@@ -248,9 +243,9 @@ def test_the_seconds_of_audio_are_the_usage_and_are_metered(
     for wav in wavs:
         for fmt in ("json", "verbose_json"):
             transcribe(c, wav, fmt)  # each checks its usage
-    after = frontend_metrics(stack, metric)
+    after = frontend_metrics(stack, metric, "model", "key")
     model = resource()["spec"]["model"]["name"]
-    assert after and all(f'model="{model}"' in k and 'key="none"' in k for k in after), after
+    assert after and set(after) == {(model, "none")}, after
     assert sum(after.values()) - before == 2 * sum(billed(w) for w in wavs), after
 
 
@@ -319,7 +314,7 @@ def test_scaling_the_pool_spreads_requests_over_both_pods(
 
     pods = wait_for(two_ready, timeout=120, what="two ready worker pods")
     names = {p["metadata"]["name"] for p in pods}
-    before = frontend_metrics(stack)
+    before = frontend_metrics(stack, WORKER_REQUESTS, "worker")
     url = stack.service_url()
     sentence, wav = next(iter(speech.items()))
     audio = wav.read_bytes()
@@ -335,12 +330,9 @@ def test_scaling_the_pool_spreads_requests_over_both_pods(
     with ThreadPoolExecutor(4) as pool:
         texts = list(pool.map(one, range(8)))
     assert all(wer(sentence, t) <= 0.25 for t in texts), texts
-    after = frontend_metrics(stack)
+    after = frontend_metrics(stack, WORKER_REQUESTS, "worker")
     # The metric's `worker` label is the pod's name (the EndpointSlice's targetRef).
-    served = {
-        re.search(r'worker="([^"]+)"', k).group(1): v - before.get(k, 0.0)  # type: ignore[union-attr]
-        for k, v in after.items()
-    }
+    served = {pod: v - before.get((pod,), 0.0) for (pod,), v in after.items()}
     print(f"\nrequests per worker pod: {served}")
     assert {pod for pod, n in served.items() if n > 0} == names, (served, names)
 
@@ -359,8 +351,8 @@ def test_realtime_sessions_transcribe_through_the_service(stack: Stack, tmp_path
                                           vad=False))  # fmt: skip
     (got_one,) = transcripts(events)
     assert wer(texts[0], got_one) <= 0.25, got_one
-    turns = frontend_metrics(stack, "transcription_frontend_realtime_turns_total")
-    assert sum(v for k, v in turns.items() if 'outcome="completed"' in k) >= 3, turns
+    turns = frontend_metrics(stack, "transcription_frontend_realtime_turns_total", "outcome")
+    assert turns.get(("completed",), 0) >= 3, turns
 
 
 def test_long_audio_is_chunked_through_the_service(stack: Stack, tmp_path: Path) -> None:

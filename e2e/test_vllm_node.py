@@ -46,6 +46,7 @@ from testkit import conversations
 from testkit.audio import SENTENCES, wer, words
 from testkit.longaudio import long_recording
 from testkit.realtime import conversation, pcm, refusal, transcribe_turns, transcripts
+from testkit.scrape import pods_metric
 from testkit.transcripts import client, report, transcribe_all
 
 NAME = "whisper-vllm"
@@ -146,17 +147,11 @@ def logs(kubectl: Kubectl, ns: str, pod: dict[str, Any]) -> str:
     return kubectl.run("logs", "-n", ns, name, "--tail=40", check=False).stdout
 
 
-def counter(kubectl: Kubectl, ns: str, name: str, *keys: str) -> dict[tuple[str, ...], float]:
-    """A frontend counter summed over its pods, by the values of the labels `keys`."""
-    out: dict[tuple[str, ...], float] = {}
-    for pod in kubectl.pods(ns, NAME, "frontend"):
-        text = httpx.get(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith(name + "{"):
-                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-                key = tuple(labels[k] for k in keys)
-                out[key] = out.get(key, 0.0) + float(line.rpartition(" ")[2])
-    return out
+def frontend_metric(
+    kubectl: Kubectl, ns: str, name: str, *keys: str
+) -> dict[tuple[str, ...], float]:
+    """A frontend metric summed over its pods, by the values of the labels `keys`."""
+    return pods_metric(kubectl.pods(ns, NAME, "frontend"), name, *keys)
 
 
 def scaling_sample(kubectl: Kubectl, ns: str, t: float) -> str:
@@ -174,7 +169,7 @@ def scaling_sample(kubectl: Kubectl, ns: str, t: float) -> str:
         line += f" hpa metric={current} desired={st.get('desiredReplicas')}"
     try:
         for name in ("in_flight_requests", "held_requests", "backlog_audio_seconds"):
-            got = counter(kubectl, ns, f"transcription_frontend_{name}", "pool")
+            got = frontend_metric(kubectl, ns, f"transcription_frontend_{name}", "pool")
             line += f" {name}={got.get(('batch',), 0):g}"
     except httpx.HTTPError as e:
         line += f" frontend metrics: {e}"
@@ -183,7 +178,13 @@ def scaling_sample(kubectl: Kubectl, ns: str, t: float) -> str:
 
 def requests_by_pool(kubectl: Kubectl, ns: str) -> dict[tuple[str, ...], float]:
     """The frontend's answered requests, by (endpoint, pool)."""
-    return counter(kubectl, ns, "transcription_frontend_requests_total", "endpoint", "pool")
+    return frontend_metric(
+        kubectl,
+        ns,
+        "transcription_frontend_requests_total",
+        "endpoint",
+        "pool",
+    )
 
 
 @pytest.mark.parametrize("pool", ["batch", "seq"])
@@ -412,9 +413,9 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
             ready = wait_for(two_ready, timeout=540, what="a second ready vLLM replica")
             scaled = time.monotonic() - started
             metric = "transcription_frontend_worker_requests_total"
-            before = counter(kubectl, namespace, metric, "pool", "worker")
+            before = frontend_metric(kubectl, namespace, metric, "pool", "worker")
             time.sleep(20)
-            after = counter(kubectl, namespace, metric, "pool", "worker")
+            after = frontend_metric(kubectl, namespace, metric, "pool", "worker")
             # Read under load: once the clients stop, KEDA may scale down within seconds.
             dep = kubectl.json("get", "deployment", f"{NAME}-batch", "-n", namespace)
         finally:

@@ -115,6 +115,25 @@ class Scaling:
         """The operator pod the Lease names ('' while nobody holds it)."""
         return self.lease()[0]
 
+    def operators(self, lines: int = 25) -> str:
+        """What the operator replicas say: the Lease's holder, each pod's restarts and the
+        last `lines` of its log (probes left out; of its previous container too, after a
+        restart): what a failed wait on the operator prints."""
+        out = [f"lease held by {self.leader() or 'nobody'}"]
+        for pod in self.kubectl.json("get", "pods", "-n", self.system_namespace)["items"]:
+            name = pod["metadata"]["name"]
+            restarts = sum(c.get("restartCount", 0)
+                           for c in pod["status"].get("containerStatuses") or [])  # fmt: skip
+            out.append(f"--- {name} ({restarts} restarts)")
+            for previous in (["--previous"] if restarts else []) + [""]:
+                log = self.kubectl.run("logs", "-n", self.system_namespace, name,
+                                       "--tail=500", *filter(None, [previous]),
+                                       check=False)  # fmt: skip
+                said = [line for line in log.stdout.splitlines()
+                        if not any(p in line for p in ("/healthz", "'queue_depth'"))]  # fmt: skip
+                out.append("\n".join(said[-lines:]) or log.stderr.strip())
+        return "\n".join(out)
+
     def lease(self) -> tuple[str, datetime]:
         """The Lease's holder ('' while nobody holds it) and when it was last renewed."""
         out = self.kubectl.run("get", "lease", f"{self.release}-transcription-operator",
@@ -352,7 +371,12 @@ def api_server_restarted(s: Scaling) -> Result:
         o = s.kubectl.run("get", "service", svc, "-n", s.namespace, "-o", "json", check=False)
         return o.returncode == 0 and json.loads(o.stdout)["metadata"]["uid"] != uid
 
-    wait_for(restored, timeout=60, what="the operator to restore a deleted child after the restart")
+    # Within 90 s: a watch's reconnects back off up to 10 s apart, and a request caught by the
+    # restart waits out its read timeout (30 s) before its reconcile retries.
+    try:
+        wait_for(restored, timeout=90, what="the operator to restore a deleted child after the restart")  # fmt: skip
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{s.operators()}") from None
     return result
 
 

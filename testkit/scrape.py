@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,4 +164,21 @@ def scrape(target: Target, text: str | None = None, step: int = 0) -> list[Sampl
         if relabelled is not None:
             name = relabelled.pop("__name__")
             out.append(Sample(name, tuple(sorted(relabelled.items())), s.value, step))
+    return out
+
+
+def pods_metric(
+    pods: Iterable[Mapping[str, Any]], name: str, *keys: str, port: int = 8080
+) -> dict[tuple[str, ...], float]:
+    """A metric (a counter, or a gauge) read from each pod's /metrics now, summed over the
+    pods by the values of the labels `keys` (no keys: one total under `()`): what the e2e
+    suites compare before and after the requests they send."""
+    out: dict[tuple[str, ...], float] = {}
+    for pod in pods:
+        text = httpx.get(f"http://{pod['status']['podIP']}:{port}/metrics", timeout=10).text
+        for sample in parse(text)[0]:
+            if sample.name == name:
+                labels = dict(sample.labels)
+                key = tuple(labels.get(k, "") for k in keys)
+                out[key] = out.get(key, 0.0) + sample.value
     return out

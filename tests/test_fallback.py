@@ -55,8 +55,11 @@ def fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def interactive(audio: Audio) -> Job:
-    """A request with a temperature of its own: one round, whatever the checks say."""
-    return Job(audio, Options(temperature=0.2))
+    """A request with a temperature of its own: one round, whatever the checks say. Near
+    zero, so that its sampling reads as greedy decoding does and its WER bound holds every
+    run (at 0.2, one run in a few dozen read "The Track Commission" for "Speech
+    recognition")."""
+    return Job(audio, Options(temperature=0.01))
 
 
 @pytest.mark.parametrize(

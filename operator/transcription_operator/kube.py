@@ -22,6 +22,12 @@ from .kinds import KINDS
 
 log = logging.getLogger("transcription_operator")
 
+# Every request but kopf's watches (which have their own) gives up after this long: an API
+# server that stops answering mid-request (restarted, frozen, a connection dropped on the
+# way) must fail the reconcile, which then retries, and never hold its key for good.
+# Seconds to connect, seconds to read.
+REQUEST_TIMEOUT = (5.0, 30.0)
+
 
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, body: str) -> None:
@@ -73,8 +79,10 @@ class Kube:
         body: Any = None,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
-        timeout: float | None = None,
+        timeout: float | tuple[float, float] | None = None,
     ) -> Any:
+        """One REST request; `timeout` (seconds, or (connect, read)) defaults to
+        REQUEST_TIMEOUT."""
         metrics.API_REQUESTS.labels(verb=method).inc()
         headers = {"Accept": "application/json", "Content-Type": content_type}
         _, url, headers, _, _ = self.api.param_serialize(
@@ -87,7 +95,11 @@ class Kube:
         try:
             # The REST client serializes dict bodies itself, for JSON and YAML content types.
             resp = self.api.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                _request_timeout=timeout or REQUEST_TIMEOUT,
             )
         except ApiException as e:
             raise KubeError(e.status or 0, e.reason or "", e.body or "") from e
