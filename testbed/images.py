@@ -65,7 +65,7 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # Each image copies the shared API package and its own: a frontend change does not rebuild
 # the 6 GB transformers worker.
 def sources(package: str) -> tuple[str, ...]:
-    return ("pyproject.toml", "api", package)
+    return ("pyproject.toml", "release/requirements.py", "api", package)
 
 
 CACHE = toolchain.CACHE / "images"
@@ -306,8 +306,11 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     if HOST_CA.exists():
         args.append(f"--volume={HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro")
     args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
+    # --layers: each step's result is kept and reused by the next build whose step and
+    # inputs are the same, so a change to the source rebuilds only the steps from its COPY
+    # on (the Dockerfiles install their dependencies before they copy the source).
     buildah(
-        "build", "--isolation=chroot", "--network=host", "--pull=never",
+        "build", "--layers", "--isolation=chroot", "--network=host", "--pull=never",
         "-f", str(ROOT / image.dockerfile), *args, "-t", ref(image), str(context),
     )  # fmt: skip
 
@@ -336,9 +339,6 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
         # rebuild ran out of disk with the old archive still there).
         for old in CACHE.glob(f"{image.name}-*.tar"):
             old.unlink()
-        if image.in_store:  # and so are its earlier builds in the store
-            _drop_other_tags(image)
-            buildah("rmi", "--prune", capture=True, check=False)
         with tempfile.TemporaryDirectory(prefix=f".{image.name}-", dir=_mkdir(CACHE)) as t:
             tmp = Path(t)
             if image is BASE:
@@ -346,7 +346,10 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
             else:
                 _build_dockerfile(image, tmp)
             if image.in_store:  # a FROM of other images, or streamed into containerd
+                # Its earlier builds leave the store now, not before: this build took the
+                # layers it shares with them (its dependencies) from them.
                 _drop_other_tags(image)
+                buildah("rmi", "--prune", capture=True, check=False)
                 _built(image, start, "(in the builder's store)")
                 continue
             part = tmp / "image.tar"

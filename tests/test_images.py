@@ -95,10 +95,11 @@ def test_faster_whisper_is_pinned_once_and_the_frontend_image_reads_that_pin() -
     for path in DOCKERFILES:
         assert not re.search(r"faster-whisper==\d", path.read_text()), path  # no version here
     text = (ROOT / "frontend_image" / "Dockerfile").read_text()
-    [script] = re.findall(r"python -c '([^']+)' > /wheels/silero\.txt", text)
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    [args] = re.findall(r"python requirements\.py ([^>]+) > silero\.txt", text)
+    out = subprocess.run([sys.executable, "release/requirements.py", *args.split()], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == pin, out.stderr
-    assert text.count("-r /wheels/silero.txt") == 2  # built, then installed
+    assert "-r silero.txt" in text and "/deps/silero/*.whl" in text  # built, then installed
 
 
 def image_env(path: Path) -> dict[str, str]:
@@ -125,3 +126,23 @@ def test_the_charts_operator_turns_telemetry_off() -> None:
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert {k: env.get(k) for k in TELEMETRY_OFF} == TELEMETRY_OFF
+
+
+def test_the_images_dependency_layer_lists_the_base_and_the_extra_and_refuses_unknown_names() -> (
+    None
+):
+    """release/requirements.py, which every image's dependency layer runs: the base's and
+    the extra's requirements; an unknown extra or package is an error naming it."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "release/requirements.py", *args], cwd=ROOT,
+                              capture_output=True, text=True)  # fmt: skip
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out = run("operator")
+    expected = project["dependencies"] + project["optional-dependencies"]["operator"]
+    assert out.returncode == 0 and out.stdout.split("\n")[:-1] == expected
+    for args, said in [(["nope"], "no extra nope"), (["operator", "--only", "torch"],
+                       "torch is not a requirement of operator")]:  # fmt: skip
+        out = run(*args)
+        assert out.returncode == 1 and said in out.stderr, out.stderr

@@ -1,0 +1,46 @@
+"""Print the project's requirements, its base and the named extras, one per line, from
+pyproject.toml: `python requirements.py worker > requirements.txt`; with `--only NAME`, only
+that package's (`python requirements.py worker --only faster-whisper`: its pin).
+
+The Dockerfiles install these in a layer of their own before they copy the source, so an
+image rebuilt after a change to the source (and not to pyproject.toml) reuses that layer.
+Only the standard library: it runs on a bare Python base image, before anything is installed.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+
+def requirements(pyproject: Path, extras: list[str]) -> list[str]:
+    project = tomllib.loads(pyproject.read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    unknown = [e for e in extras if e not in optional]
+    if unknown:
+        raise SystemExit(
+            f"no extra {', '.join(unknown)} in {pyproject}: one of {', '.join(optional)}"
+        )
+    out = list(project.get("dependencies", []))
+    for extra in extras:
+        out += [r for r in optional[extra] if r not in out]
+    return out
+
+
+def main(argv: list[str]) -> str:
+    only = ""
+    if "--only" in argv:
+        i = argv.index("--only")
+        only, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
+    found = requirements(Path("pyproject.toml"), argv)
+    if only:
+        found = [r for r in found if re.match(rf"{re.escape(only)}\b(?![-_.])", r)]
+        if not found:
+            raise SystemExit(f"{only} is not a requirement of {' '.join(argv) or 'the base'}")
+    return "\n".join(found)
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1:]))
