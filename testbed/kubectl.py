@@ -8,12 +8,15 @@ environment exists).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import toolchain
 from testkit.host import split_cmdline
+
+WAIT = re.compile(r"--timeout=(\d+)s")  # kubectl wait's (and delete's) own bound
 
 
 class Kubectl:
@@ -30,11 +33,19 @@ class Kubectl:
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=self.timeout,
+            input=input, capture_output=True, text=True, timeout=self._timeout(args),
         )  # fmt: skip
         if check and proc.returncode:
             raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc
+
+    def _timeout(self, args: tuple[str, ...]) -> float | None:
+        """The command's bound: `timeout`, or longer for a command that says it waits longer
+        (`wait --timeout=420s`): kubectl's own timeout then ends it, with its message."""
+        waits = [float(m.group(1)) for a in args if (m := WAIT.fullmatch(a))]
+        if self.timeout is None or not waits:
+            return self.timeout
+        return max(self.timeout, max(waits) + 30)
 
     def __call__(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """The command's output (with `check=False`, whatever it printed, even on failure)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from testkit.audio import SENTENCES, speak, wer
+from testkit.audio import SENTENCES, speak, wer, words
 from testkit.lanes import (
     DecoderCalls,
     attempt,
@@ -55,11 +55,15 @@ def fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def interactive(audio: Audio) -> Job:
-    """A request with a temperature of its own: one round, whatever the checks say. Near
-    zero, so that its sampling reads as greedy decoding does and its WER bound holds every
-    run (at 0.2, one run in a few dozen read "The Track Commission" for "Speech
-    recognition")."""
-    return Job(audio, Options(temperature=0.01))
+    """A request with a temperature of its own: one round, whatever the checks say."""
+    return Job(audio, Options(temperature=0.2))
+
+
+# The interactive window is sampled, and tiny.en's first words for espeak's "Speech
+# recognition" are a near tie with "The Track Commission" (WER 0.375): seen at temperature
+# 0.2 and at 0.01 alike, in full runs, where the generator's state is another. What this
+# test checks is the order of the rounds; the rest of the sentence must be right.
+SAMPLED_WER = 0.4
 
 
 @pytest.mark.parametrize(
@@ -94,7 +98,9 @@ def test_an_interactive_window_is_decoded_between_two_rounds_of_a_background_one
     assert (short_end, chunk_end) == ("done", "done")
     assert recorder.batches == [[True], [False], [True], [True]], recorder.batches
     assert recorder.rounds == [[0], [0], [1], [2]]
-    assert wer(SENTENCES[1], " ".join(s.text for s in short_segments)) <= 0.25
+    short_text = " ".join(s.text for s in short_segments)
+    assert wer(SENTENCES[1], short_text) <= SAMPLED_WER
+    assert words(short_text)[-6:] == words(SENTENCES[1])[-6:], short_text
     assert wer(SENTENCES[0], " ".join(s.text for s in chunk_segments)) <= 0.25
     assert {s.temperature for s in chunk_segments} == {TEMPERATURES[-1]}  # as before
 
