@@ -9,6 +9,7 @@ Only the standard library: it runs on a bare Python base image, before anything 
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import tomllib
@@ -30,15 +31,17 @@ def requirements(pyproject: Path, extras: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> str:
-    only = ""
-    if "--only" in argv:
-        i = argv.index("--only")
-        only, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
-    found = requirements(Path("pyproject.toml"), argv)
-    if only:
-        found = [r for r in found if re.match(rf"{re.escape(only)}\b(?![-_.])", r)]
+    parser = argparse.ArgumentParser(description="The project's requirements, a line each.")
+    parser.add_argument("extras", nargs="*", help="the extras, besides the base")
+    parser.add_argument("--only", metavar="NAME", help="only this package's requirement")
+    args = parser.parse_args(argv)
+    found = requirements(Path("pyproject.toml"), args.extras)
+    if args.only:
+        found = [r for r in found if re.match(rf"{re.escape(args.only)}\b(?![-_.])", r)]
         if not found:
-            raise SystemExit(f"{only} is not a requirement of {' '.join(argv) or 'the base'}")
+            raise SystemExit(
+                f"{args.only} is not a requirement of {' '.join(args.extras) or 'the base'}"
+            )
     return "\n".join(found)
 
 

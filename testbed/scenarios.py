@@ -125,10 +125,9 @@ class Scaling:
             restarts = sum(c.get("restartCount", 0)
                            for c in pod["status"].get("containerStatuses") or [])  # fmt: skip
             out.append(f"--- {name} ({restarts} restarts)")
-            for previous in (["--previous"] if restarts else []) + [""]:
+            for flags in ([["--previous"]] if restarts else []) + [[]]:
                 log = self.kubectl.run("logs", "-n", self.system_namespace, name,
-                                       "--tail=500", *filter(None, [previous]),
-                                       check=False)  # fmt: skip
+                                       "--tail=500", *flags, check=False)  # fmt: skip
                 said = [line for line in log.stdout.splitlines()
                         if not any(p in line for p in ("/healthz", "'queue_depth'"))]  # fmt: skip
                 out.append("\n".join(said[-lines:]) or log.stderr.strip())
