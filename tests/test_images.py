@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from testbed import images as ti
+from testkit import speaker_model
 from transcription_api.telemetry import TELEMETRY_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,19 @@ def test_vllm_images_pin_one_vllm_version() -> None:
     assert (
         "install-vllm-cpu.sh" in cpu and (ROOT / "worker_image" / "install-vllm-cpu.sh").is_file()
     )
+
+
+def test_the_transformers_environment_takes_the_torch_layers_torch() -> None:
+    """The host's transformers environment (the Makefile's TORCH_VERSION, also in the
+    speaker model's recipe) runs the torch the transformers and vLLM CPU images run on: the
+    torch layer's, so uv links one copy of it into both host environments."""
+    make = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval=torch-pin: ; @echo $(TORCH_VERSION)",
+         "torch-pin"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert make.stdout.strip() == ti.TORCH_VERSION
+    assert speaker_model.torch_pin() == ti.TORCH_VERSION
 
 
 def test_cuda_image_takes_its_base_as_an_argument_and_brings_cublas() -> None:

