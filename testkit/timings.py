@@ -18,5 +18,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: its reports reach the controller, which records them
     for module, seconds in sorted(_seconds.items(), key=lambda m: -m[1]):
         steps.record(module, seconds, "ran", kind="suite")
