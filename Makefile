@@ -174,7 +174,9 @@ test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "transformers suite" -- $(MAKE) --no-print-directory test-transformers
 	@$(STEPS) run "unit and integration tests, $(TEST_WORKERS) processes" -- \
 	  $(BIN)/pytest -m "not e2e" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
-	@$(STEPS) run "e2e suite" -- $(BIN)/pytest -m e2e $(PYTEST_ARGS)
+	@# --durations: the e2e tests' own times (the closing report has the modules'), for the
+	@# next cut in its 24-28 min
+	@$(STEPS) run "e2e suite" -- $(BIN)/pytest -m e2e --durations=20 $(PYTEST_ARGS)
 	@$(STEPS) end
 
 steps-begin:

@@ -381,9 +381,12 @@ def test_wav_chunks_hold_the_same_samples(decoded: Decoded) -> None:
 
 # Peak memory from /proc: getrusage's ru_maxrss would keep the peak of the pytest process
 # this one was forked from (Linux carries it over exec), hiding everything below it.
+# The gateway's main holds glibc's heap steady first (heap.py); so does this process.
 MEASURE = """
 import json, sys, time
 from pathlib import Path
+from transcription_frontend import heap
+assert heap.hold_steady()
 from transcription_frontend.audio.decode import decode
 from transcription_frontend.longaudio.cut import Chunk, ChunkSettings, encode, find_cuts
 

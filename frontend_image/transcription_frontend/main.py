@@ -38,6 +38,7 @@ from transcription_api.routes import Routes, RouteTable
 from .app import Gateway, create_app
 from .connections import guarded_protocol
 from .discovery import load_table
+from .heap import hold_steady
 from .routing import Router
 from .tracing import TracingSettings, setup
 
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not hold_steady():
+        logging.getLogger(__name__).info("not glibc: its heap's mmap threshold left as it is")
     try:
         settings = load_settings(args.settings, os.environ)
     except SettingsError as e:
