@@ -381,7 +381,8 @@ def test_wav_chunks_hold_the_same_samples(decoded: Decoded) -> None:
 
 # Peak memory from /proc: getrusage's ru_maxrss would keep the peak of the pytest process
 # this one was forked from (Linux carries it over exec), hiding everything below it.
-# The gateway's main holds glibc's heap steady first (heap.py); so does this process.
+# The gateway's main holds glibc's heap steady first (transcription_frontend.heap), and so
+# does this process.
 MEASURE = """
 import json, sys, time
 from pathlib import Path

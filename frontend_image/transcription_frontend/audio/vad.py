@@ -58,8 +58,8 @@ def _inference_session(path: Path) -> Any:
 
     Its memory arena is on (faster-whisper turns it off): it keeps the buffers of a call
     (at most BATCH_FRAMES) for the next. Without it, and with glibc's mmap threshold fixed
-    (heap.py), every call maps and unmaps them afresh: Silero over an hour took 7.4 s
-    instead of 6.5 s here, for the same 4-5 MB."""
+    (transcription_frontend.heap), every call maps and unmaps them afresh: Silero over an
+    hour took 7.4 s instead of 6.5 s here, for the same 4-5 MB."""
     opts = onnxruntime.SessionOptions()
     opts.inter_op_num_threads = 1
     opts.intra_op_num_threads = 1
