@@ -4,6 +4,7 @@ HTTP, with the official OpenAI client as the client."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from testkit.frontend import (
     pool,
     sse_events,
 )
+from testkit.host import free_port
 from testkit.longaudio import bursts
 from testkit.standins import (
     TRANSFORMERS,
@@ -32,12 +34,13 @@ from testkit.standins import (
     Running,
     recording,
     serve,
+    start,
     vllm_app,
 )
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import ChunkingSpec
 from transcription_api.routes import RouteTable
-from transcription_frontend import routing
+from transcription_frontend import forward, routing
 
 # --------------------------------------------------------------------------- formats
 
@@ -476,6 +479,58 @@ def test_retry_on_a_dead_endpoint_then_ejection_and_recovery(
         )
         time.sleep(2.1)
         assert dead in fe.router.ready("batch")  # back in rotation after the ejection period
+    finally:
+        fe.running.stop()
+
+
+def test_a_worker_not_reachable_yet_is_tried_again_until_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod can be Ready before the pod network lets the gateway reach it (its
+    NetworkPolicy rules programmed seconds later): refused connections cost no attempt, and
+    the request is tried again (held through the endpoint's ejection, then with a backoff)
+    until the worker answers."""
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 1.0)
+    port = free_port()
+    behaviour = Behaviour()
+    later: list[Running] = []
+    timer = threading.Timer(2.5, lambda: later.append(start(vllm_app(SERVED, behaviour), port)))
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [f"http://127.0.0.1:{port}"])]))
+    try:
+        retries = fe.metric("transcription_frontend_retries_total", pool="batch")
+        timer.start()
+        started = time.monotonic()
+        r = fe.post({"model": PRIMARY})
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - started >= 2.5 and len(behaviour.seen) == 1
+        # More refusals than MAX_ATTEMPTS: EJECT_AFTER, then more after the ejection.
+        tried = fe.metric("transcription_frontend_retries_total", pool="batch") - retries
+        assert tried > forward.MAX_ATTEMPTS, tried
+    finally:
+        timer.cancel()
+        fe.running.stop()
+        for running in later:
+            running.stop()
+
+
+def test_a_worker_never_reachable_is_503_naming_it_once_the_bound_passes(
+    worker: tuple[Running, Behaviour], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forward, "UNREACHED_SECONDS", 1.0)
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [dead])]))
+    try:
+        started = time.monotonic()
+        r = fe.post({"model": PRIMARY})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert 1.0 <= time.monotonic() - started < 5
+        assert error(r)["message"] == (
+            "no worker could take the request (pools: batch): a worker of pool batch could "
+            "not be reached (ClientConnectorError), for 1 s"
+        )
+        # The gateway serves on once the pool has a worker it can reach.
+        fe.router.set_endpoints("batch", [worker[0].url])
+        assert fe.post({"model": PRIMARY}).status_code == 200
     finally:
         fe.running.stop()
 

@@ -212,6 +212,27 @@ def test_the_time_bound_counts_from_the_first_hold() -> None:
     run(main())
 
 
+def test_a_held_request_with_a_wake_time_wakes_then_without_a_change() -> None:
+    """How `transcription_frontend.forward` holds a request whose endpoints could not be
+    reached: no discovery change may come, so it tries again once its backoff has passed."""
+
+    async def main() -> None:
+        _router, holds = setup()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(
+            holds.wait([A], upload(), holds.deadline(), wake_at=started + 0.1), 1
+        )
+        assert 0.09 < loop.time() - started < 0.5
+        assert (holds.held("a"), holds.bytes) == (0, 0)
+        # A wake time past the deadline does not stretch it.
+        _r, short = setup(timeout_seconds=0.2)
+        with pytest.raises(APIError, match=r"within 0\.2 s"):
+            await short.wait([A], upload(), short.deadline(), wake_at=loop.time() + 5)
+
+    run(main())
+
+
 def test_draining_answers_what_is_held_within_the_grace_period() -> None:
     async def main() -> None:
         _router, holds = setup()

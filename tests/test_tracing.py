@@ -222,8 +222,8 @@ def test_a_retry_is_a_second_worker_span_and_a_hold_is_a_span(
     table = RouteTable(model=PRIMARY, aliases=["whisper-1"], pools=[pool("batch", [dead])])
     fe, tracer = traced(table, otlp)
     try:
-        # The dead endpoint fails; none is left, so the request is held until discovery
-        # brings the live one.
+        # The dead endpoint refuses; none is left, so the request is held, and tries it
+        # again after each backoff (0.1 s, doubling), until discovery brings the live one.
         timer = threading.Timer(0.5, fe.endpoints, ("batch", [worker[0].url]))
         timer.start()
         r = fe.post({"model": "whisper-1"}, headers={"traceparent": TRACEPARENT})
@@ -235,14 +235,21 @@ def test_a_retry_is_a_second_worker_span_and_a_hold_is_a_span(
     print(f"\n{tree(spans)}")
     forward = one(spans, "forward")
     calls = sorted((s for s in spans if s.name == "worker"), key=lambda s: s.start)
-    assert [c.attributes["transcription.worker"] for c in calls] == [dead, worker[0].url]
+    *refused, served = calls
+    assert refused and {c.attributes["transcription.worker"] for c in refused} == {dead}
+    assert served.attributes["transcription.worker"] == worker[0].url
+    assert [c.attributes["transcription.attempt"] for c in calls] == list(range(1, len(calls) + 1))
     assert all(c.parent_id == forward.span_id for c in calls)
-    assert calls[0].status == 2 and "exception" in calls[0].events  # could not connect
-    assert calls[0].attributes["error.type"].endswith("Error")
-    hold = one(spans, "hold")
-    assert hold.parent_id == forward.span_id and hold.attributes["transcription.pool"] == "batch"
-    assert calls[0].end <= hold.start <= hold.end <= calls[1].start
-    assert traceparent(worker[1]) == ("00", CLIENT_TRACE, calls[1].span_id, "01")
+    for c in refused:  # could not connect
+        assert c.status == 2 and "exception" in c.events
+        assert c.attributes["error.type"].endswith("Error")
+    holds = sorted((s for s in spans if s.name == "hold"), key=lambda s: s.start)
+    assert len(holds) == len(refused)  # one after each refusal
+    for before, hold, after in zip(refused, holds, calls[1:], strict=True):
+        assert hold.parent_id == forward.span_id
+        assert hold.attributes["transcription.pool"] == "batch"
+        assert before.end <= hold.start <= hold.end <= after.start
+    assert traceparent(worker[1]) == ("00", CLIENT_TRACE, served.span_id, "01")
     assert forward.attributes["transcription.worker"] == worker[0].url
 
 

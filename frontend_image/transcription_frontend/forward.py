@@ -11,7 +11,13 @@ A transcription (or a chat completion) is safe to repeat, so until a byte has go
 client a failed attempt is repeated elsewhere: an answer is only taken once its whole body
 (or, for a stream, its first piece) has arrived. A worker that cannot be reached, resets
 or closes the connection before that, or answers 503, is retried on another endpoint
-(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. When no endpoint
+(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. A connection that
+was never made (refused, no route, the connect timed out: `UNREACHED`) proves the worker
+got nothing, and costs no attempt: such tries go on, with a backoff once every endpoint
+has failed, for up to `UNREACHED_SECONDS`. A pod can pass its readiness probe (the
+kubelet's, from the node) before the pod network lets the gateway reach it: a new pod's
+NetworkPolicy rules are programmed by the network's agent when it gets to them, seconds
+later on a busy node. When no endpoint
 is left to try -- a pool scaled to zero, its only worker restarting -- the request is held
 (`hold.py`) until discovery brings one; when the pool's endpoints are all at their bound
 of requests in flight, it is queued, in fair order between tenants, until one has room.
@@ -32,6 +38,7 @@ benchmark's target is under 2 ms added at p50).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -59,6 +66,8 @@ from .work import Ticket, Work
 log = logging.getLogger("transcription_frontend.forward")
 
 MAX_ATTEMPTS = 3
+UNREACHED_SECONDS = 30.0  # how long a request goes on trying endpoints it cannot reach
+UNREACHED_BACKOFF = (0.1, 2.0)  # the first wait, doubled after each try, up to the second
 CHUNK = 64 * 1024
 SMALL_BODY = 256 * 1024
 
@@ -211,6 +220,8 @@ CONNECT_ERRORS = (
     aiohttp.ClientPayloadError,  # the body broke off
     TimeoutError,
 )
+# Of those, the ones raised before a connection existed: the worker got nothing.
+UNREACHED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 def new_session(timeouts: WorkerTimeouts | None = None) -> aiohttp.ClientSession:
@@ -284,15 +295,20 @@ class Forwarder:
         self, pools: list[PoolRoute], request_for: RequestFor, held: Holdable,
         request_id: str, ticket: Ticket, stream: bool, background: bool, place: Place,
     ) -> WorkerAnswer:  # fmt: skip
+        loop = asyncio.get_running_loop()
         tried: set[str] = set()
         last_error = "no ready worker"
         busy = False  # the last endpoints tried answered 503: they are up, but full
-        attempts = 0
+        attempts = reached = unreached = 0  # tries; of them, those that reached / did not
+        give_up_at = 0.0  # once an endpoint could not be reached: the end of the tries
         deadline: float | None = None
-        while attempts < MAX_ATTEMPTS:
+        while reached < MAX_ATTEMPTS:
             pool = self.holds.target(pools, tried)
             if pool is None:
                 if busy:
+                    break
+                if unreached and loop.time() >= give_up_at:
+                    last_error += f", for {UNREACHED_SECONDS:g} s"
                     break
                 if not self.router.catalog.pool_names & {p.name for p in pools}:
                     raise unavailable(
@@ -300,11 +316,13 @@ class Forwarder:
                         ") left the frontend's route table (their deployment is no longer "
                         "routed here); retry"
                     )
-                # No endpoint left to try: hold until discovery changes one of the pools.
+                # No endpoint left to try: hold until discovery changes one of the pools, or
+                # (endpoints that could not be reached: no change may come) a backoff passes.
                 deadline = deadline or self.holds.deadline()
+                wake_at = min(loop.time() + _backoff(unreached), give_up_at) if unreached else None
                 ticket.queued(pools[0].name)
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
-                    await self.holds.wait(pools, held, deadline, place)
+                    await self.holds.wait(pools, held, deadline, place, wake_at)
                 tried.clear()
                 continue
             url = self.holds.take(pool, tried, place)
@@ -333,12 +351,21 @@ class Forwarder:
             except CONNECT_ERRORS as e:
                 self.router.failed(url, pool.name)
                 busy = False
+                if isinstance(e, UNREACHED):  # the worker got nothing: no attempt spent
+                    unreached += 1
+                    give_up_at = give_up_at or loop.time() + UNREACHED_SECONDS
+                    log.warning("worker %s of pool %s could not be reached: %r", url, pool.name, e)
+                    why = e.__class__.__name__
+                    last_error = f"a worker of pool {pool.name} could not be reached ({why})"
+                    continue
+                reached += 1
                 log.warning("worker %s of pool %s failed before answering: %r", url, pool.name, e)
                 last_error = (
                     f"a worker of pool {pool.name} failed before answering ({e.__class__.__name__})"
                 )
                 continue
             if answer is None:
+                reached += 1
                 self.router.failed(url, pool.name)
                 busy = True
                 log.info("worker %s of pool %s is overloaded (503)", url, pool.name)
@@ -402,6 +429,12 @@ class Forwarder:
         if spilled:
             self.router.spill(spilled, -1)
         self.work.ended(ticket, answered)
+
+
+def _backoff(tries: int) -> float:
+    """Seconds to wait before trying again, after `tries` tries that reached no worker."""
+    first, most = UNREACHED_BACKOFF
+    return float(min(first * 2 ** max(tries - 1, 0), most))
 
 
 class _Overloaded(Exception):

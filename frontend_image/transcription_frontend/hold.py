@@ -3,7 +3,8 @@ worker (scale from zero) and those queued while the workers are at their in-flig
 
 Held. Kubernetes Services do not buffer while no pod is ready, so the gateway does: a
 request whose pools have no endpoint it may try waits here until discovery (or the end of
-an ejection) changes one of those pools, then goes on to a worker.
+an ejection) changes one of those pools, or (a request whose endpoints could not be
+reached: forward.py) until its next try is due, then goes on to a worker.
 
 Queued. A pool's route says how many requests one endpoint is sent at once (its
 `max_in_flight_per_replica`: the pool's `maxInFlightPerReplica`, by default twice what a
@@ -87,6 +88,11 @@ class _Waiter:
     queue: str | None = None  # the pool it is queued for; None: held
 
 
+def _wake(future: asyncio.Future[str | None], pool: str) -> None:
+    if not future.done():
+        future.set_result(pool)
+
+
 class Holds:
     """The requests waiting in this gateway, by pool, and the bounds they wait within."""
 
@@ -132,11 +138,21 @@ class Holds:
         return url
 
     async def wait(
-        self, pools: list[PoolRoute], upload: Holdable, deadline: float, place: Place | None = None
-    ) -> None:
-        """Held: wait until one of `pools` may have an endpoint to try; 503 past a bound."""
-        waiter = _Waiter(pools, place or Place(), asyncio.get_running_loop().create_future())
-        await self._wait(pools[0].name, waiter, upload, deadline)
+        self, pools: list[PoolRoute], upload: Holdable, deadline: float, place: Place | None = None,
+        wake_at: float | None = None,
+    ) -> None:  # fmt: skip
+        """Held: wait until one of `pools` may have an endpoint to try, or (if given) until
+        the loop time `wake_at`, whichever comes first; 503 past a bound."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(pools, place or Place(), loop.create_future())
+        woken = None
+        if wake_at is not None:
+            woken = loop.call_at(wake_at, _wake, waiter.future, pools[0].name)
+        try:
+            await self._wait(pools[0].name, waiter, upload, deadline)
+        finally:
+            if woken is not None:
+                woken.cancel()
 
     async def queue(
         self, pools: list[PoolRoute], pool: PoolRoute, place: Place, upload: Holdable,
