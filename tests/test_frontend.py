@@ -535,6 +535,25 @@ def test_a_worker_never_reachable_is_503_naming_it_once_the_bound_passes(
         fe.running.stop()
 
 
+def test_an_unreachable_worker_that_discovery_removes_is_waited_for_like_any_hold(
+    worker: tuple[Running, Behaviour], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed: its connection refused, then its endpoint gone. The request is held
+    for a new one past UNREACHED_SECONDS, as any held request (a new pod may take long)."""
+    monkeypatch.setattr(forward, "UNREACHED_SECONDS", 0.5)
+    dead = "http://127.0.0.1:9"
+    fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [dead])]))
+    try:
+        threading.Timer(0.2, fe.endpoints, ("batch", [])).start()  # the pod is gone
+        threading.Timer(1.5, fe.endpoints, ("batch", [worker[0].url])).start()  # its successor
+        started = time.monotonic()
+        r = fe.post({"model": PRIMARY})
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - started >= 1.5
+    finally:
+        fe.running.stop()
+
+
 def test_worker_503_is_retried_on_another_endpoint(worker: tuple[Running, Behaviour]) -> None:
     busy = Behaviour(status=503)
     with serve(vllm_app(SERVED, busy)) as overloaded:

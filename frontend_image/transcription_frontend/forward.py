@@ -13,13 +13,14 @@ client a failed attempt is repeated elsewhere: an answer is only taken once its 
 or closes the connection before that, or answers 503, is retried on another endpoint
 (another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. A connection that
 was never made (refused, no route, the connect timed out: `UNREACHED`) proves the worker
-got nothing, and costs no attempt: such tries go on, with a backoff once every endpoint
-has failed, for up to `UNREACHED_SECONDS`. A pod can pass its readiness probe (the
-kubelet's, from the node) before the pod network lets the gateway reach it: a new pod's
-NetworkPolicy rules are programmed by the network's agent when it gets to them, seconds
-later on a busy node. When no endpoint
-is left to try -- a pool scaled to zero, its only worker restarting -- the request is held
-(`hold.py`) until discovery brings one; when the pool's endpoints are all at their bound
+got nothing, and costs no attempt: while such endpoints are listed, the tries go on, with
+a backoff once every endpoint has failed, for up to `UNREACHED_SECONDS`; once discovery
+has removed them, the request is held like any other. A pod can pass its readiness probe
+(the kubelet's, from the node) before the pod network lets the gateway reach it: a new
+pod's NetworkPolicy rules are programmed by the network's agent when it gets to them,
+seconds later on a busy node. When no endpoint is left to try -- a pool scaled to zero,
+its only worker restarting -- the request is held (`hold.py`) until discovery brings one;
+when the pool's endpoints are all at their bound
 of requests in flight, it is queued, in fair order between tenants, until one has room.
 A request served by a fallback pool because the pool it prefers had no ready worker
 counts as that pool's demand while it runs (`Router.spill`), so that the preferred pool
@@ -300,6 +301,7 @@ class Forwarder:
         last_error = "no ready worker"
         busy = False  # the last endpoints tried answered 503: they are up, but full
         attempts = reached = unreached = 0  # tries; of them, those that reached / did not
+        unreachable: set[str] = set()  # endpoints that could not be reached, still listed
         give_up_at = 0.0  # once an endpoint could not be reached: the end of the tries
         deadline: float | None = None
         while reached < MAX_ATTEMPTS:
@@ -307,7 +309,12 @@ class Forwarder:
             if pool is None:
                 if busy:
                     break
-                if unreached and loop.time() >= give_up_at:
+                # Those that discovery removed (a pod gone) are no longer waited on: then
+                # the request is held for new endpoints, as long as any held request.
+                unreachable &= {u for p in pools for u in self.router.endpoints(p.name)}
+                if not unreachable:
+                    unreached, give_up_at = 0, 0.0
+                elif loop.time() >= give_up_at:
                     last_error += f", for {UNREACHED_SECONDS:g} s"
                     break
                 if not self.router.catalog.pool_names & {p.name for p in pools}:
@@ -317,9 +324,12 @@ class Forwarder:
                         "routed here); retry"
                     )
                 # No endpoint left to try: hold until discovery changes one of the pools, or
-                # (endpoints that could not be reached: no change may come) a backoff passes.
+                # (listed endpoints that could not be reached: no change may come) a backoff
+                # passes.
                 deadline = deadline or self.holds.deadline()
-                wake_at = min(loop.time() + _backoff(unreached), give_up_at) if unreached else None
+                wake_at = (
+                    min(loop.time() + _backoff(unreached), give_up_at) if unreachable else None
+                )
                 ticket.queued(pools[0].name)
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
                     await self.holds.wait(pools, held, deadline, place, wake_at)
@@ -353,6 +363,7 @@ class Forwarder:
                 busy = False
                 if isinstance(e, UNREACHED):  # the worker got nothing: no attempt spent
                     unreached += 1
+                    unreachable.add(url)
                     give_up_at = give_up_at or loop.time() + UNREACHED_SECONDS
                     log.warning("worker %s of pool %s could not be reached: %r", url, pool.name, e)
                     why = e.__class__.__name__
