@@ -20,11 +20,10 @@ has removed them, the request is held like any other. A pod can pass its readine
 pod's NetworkPolicy rules are programmed by the network's agent when it gets to them,
 seconds later on a busy node. When no endpoint is left to try -- a pool scaled to zero,
 its only worker restarting -- the request is held (`hold.py`) until discovery brings one;
-when the pool's endpoints are all at their bound
-of requests in flight, it is queued, in fair order between tenants, until one has room.
-A request served by a fallback pool because the pool it prefers had no ready worker
-counts as that pool's demand while it runs (`Router.spill`), so that the preferred pool
-scales up from zero. Every read from a
+when the pool's endpoints are all at their bound of requests in flight, it is queued, in
+fair order between tenants, until one has room. A request served by a fallback pool
+because the pool it prefers had no ready worker counts as that pool's demand while it
+runs (`Router.spill`), so that the preferred pool scales up from zero. Every read from a
 worker has a timeout (`WorkerTimeouts`); a worker that sends nothing for that long gets
 no second try (it may still be working on it) and the client gets 504. The gateway's own
 background work (long audio's chunks) says so to the worker in `PRIORITY_HEADER`; a
