@@ -223,7 +223,7 @@ def test_a_held_request_with_a_wake_time_wakes_then_without_a_change() -> None:
         await asyncio.wait_for(
             holds.wait([A], upload(), holds.deadline(), wake_at=started + 0.1), 1
         )
-        assert 0.09 < loop.time() - started < 0.5
+        assert loop.time() - started >= 0.09  # not before its wake time (wait_for: nor long after)
         assert (holds.held("a"), holds.bytes) == (0, 0)
         # A wake time past the deadline does not stretch it.
         _r, short = setup(timeout_seconds=0.2)

@@ -442,9 +442,9 @@ class Forwarder:
 
 
 def _backoff(tries: int) -> float:
-    """Seconds to wait before trying again, after `tries` tries that reached no worker."""
+    """Seconds to wait before trying again, after `tries` (>= 1) that reached no worker."""
     first, most = UNREACHED_BACKOFF
-    return float(min(first * 2 ** max(tries - 1, 0), most))
+    return min(first * 2.0 ** (tries - 1), most)
 
 
 class _Overloaded(Exception):
