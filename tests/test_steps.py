@@ -15,7 +15,7 @@ from toolchain import steps
 @pytest.fixture(autouse=True)
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, file in [("HERE", ""), ("RUN", "run.jsonl"), ("DONE", "last-run.jsonl"),
-                       ("LAST", "last.json")]:  # fmt: skip
+                       ("LAST", "last.json"), ("LOGS", "logs")]:  # fmt: skip
         monkeypatch.setattr(steps, name, tmp_path / file if file else tmp_path)
     return tmp_path
 
@@ -84,11 +84,64 @@ def test_a_failed_step_ends_the_run_with_its_report(capsys: pytest.CaptureFixtur
     assert not steps.RUN.exists()
 
 
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_steps_together_run_at_once_the_others_niced_their_output_after_the_first(
+    here: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The first step waits for a file the second makes: they run at the same time. The
+    steps beside it run one after another, at the lower priority, their output printed
+    after the first's; each is recorded, and the run goes on."""
+    flag = here / "made-beside"
+    steps.begin()
+    wait = (f"import pathlib, time\nfor _ in range(300):\n    if pathlib.Path({str(flag)!r}).exists(): "
+            "print('first saw it', flush=True); break\n    time.sleep(0.1)\nelse: raise SystemExit(9)")  # fmt: skip
+    rc = steps.together(("e2e", _py(wait)), [
+        ("maker", _py(f"import os, pathlib; pathlib.Path({str(flag)!r}).touch(); print('nice', os.nice(0))")),
+        ("after", _py("print('second beside')")),
+    ])  # fmt: skip
+    assert rc == 0
+    out = capfd.readouterr().out
+    assert out.index("first saw it") < out.index("==> maker (beside the e2e), exit status 0:")
+    assert f"nice {steps.BESIDE_NICE}" in out
+    assert out.index("nice") < out.index("second beside")
+    assert "[after, beside the e2e: done in" in out
+    recorded = {
+        e["step"]: e["state"] for e in map(json.loads, steps.RUN.read_text().splitlines()[1:])
+    }
+    assert recorded == {"e2e": "done", "maker (beside the e2e)": "done",
+                        "after (beside the e2e)": "done"}  # fmt: skip
+
+
+def test_a_failed_step_beside_fails_the_run_once_all_have_ended(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    steps.begin()
+    rc = steps.together(("e2e", _py("print('first ran')")), [
+        ("lint", _py("print('lint says no'); raise SystemExit(4)")),
+        ("unit", _py("print('unit ran')")),
+    ])  # fmt: skip
+    assert rc == 4
+    out = capfd.readouterr().out
+    assert "first ran" in out and "lint says no" in out and "unit ran" in out
+    assert "[lint, beside the e2e: failed (4) in" in out
+    assert (
+        "lint (beside the e2e)" in out
+        and "failed (4)" in out.split("Where this run's time went")[1]
+    )
+    assert not steps.RUN.exists()  # the run ended, its record printed
+
+
 def test_the_command_line_refuses_what_it_does_not_know(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert steps.main(["run", "x"]) == 2
     assert steps.main(["record", "x"]) == 2
+    assert steps.main(["together", "e2e", "--"]) == 2  # no command
+    assert steps.main(["together", "e2e", "--", "true", "::", "lint", "true"]) == 2  # no --
     assert "python -m toolchain.steps begin" in capsys.readouterr().err
     assert steps.main(["record", "environment .venv", "12"]) == 0
     assert json.loads(steps.LAST.read_text()) == {"environment .venv": 12}

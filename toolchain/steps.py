@@ -9,6 +9,9 @@ also when a step fails.
 
     python -m toolchain.steps begin                    start this run's record
     python -m toolchain.steps run NAME -- COMMAND...   run a step, timed; the record on failure
+    python -m toolchain.steps together NAME -- COMMAND... [:: NAME -- COMMAND...]...
+                                                       the first step, with the others one
+                                                       after another beside it (`together`)
     python -m toolchain.steps record NAME SECONDS      record a build a recipe timed itself
     python -m toolchain.steps end                      print this run's record; it ends
     python -m toolchain.steps report                   print it (or the last run's)
@@ -22,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -46,6 +50,11 @@ TYPICAL: dict[str, float] = {
 
 
 SLOWEST = 12  # test modules the report lists
+# The steps run beside another (`together`) run at this lower priority: they take the CPU
+# time the other leaves idle (the e2e suite waits on pods, leases and faults: 49 % of the
+# 2 CPUs idle) and little of what it would use.
+BESIDE_NICE = 10
+LOGS = HERE / "logs"  # the output of the steps run beside another, one file each
 
 
 def _last() -> dict[str, float]:
@@ -195,6 +204,62 @@ def run(name: str, command: list[str]) -> int:
     return rc
 
 
+Step = tuple[str, list[str]]  # a step's name and its command
+
+
+def together(first: Step, beside: list[Step]) -> int:
+    """Run step `first`, its output shown as it comes, and the `beside` steps one after
+    another at the same time, each at the lower priority `BESIDE_NICE` with its output kept
+    in `LOGS` and printed once `first` has ended (a line says when each ends). Every step is
+    recorded; the result is the first failed step's exit status (0: none failed), and on a
+    failure the run ends there, its record printed."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    logs = [LOGS / f"{i}.log" for i in range(len(beside))]
+    codes = [0] * len(beside)
+
+    def chain() -> None:
+        for i, ((name, command), log) in enumerate(zip(beside, logs, strict=True)):
+            start = time.monotonic()
+            with log.open("wb") as out:
+                codes[i] = subprocess.call(["nice", "-n", str(BESIDE_NICE), *command],
+                                           stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+            seconds = time.monotonic() - start
+            state = "done" if codes[i] == 0 else f"failed ({codes[i]})"
+            record(f"{name} (beside the {first[0]})", seconds, state, "make")
+            print(f"\n[{name}, beside the {first[0]}: {state} in {seconds:.0f} s; its output "
+                  f"follows the {first[0]}'s]", flush=True)  # fmt: skip
+
+    worker = threading.Thread(target=chain, name="beside")
+    worker.start()
+    start = time.monotonic()
+    rc = subprocess.call(first[1])
+    record(first[0], time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})", "make")
+    worker.join()
+    for (name, _), log, code in zip(beside, logs, codes, strict=True):
+        print(f"\n==> {name} (beside the {first[0]}), exit status {code}:", flush=True)
+        sys.stdout.buffer.write(log.read_bytes())
+        sys.stdout.flush()
+    failed = [code for code in [rc, *codes] if code]
+    if failed:
+        end()
+    return failed[0] if failed else 0
+
+
+def _steps(args: list[str]) -> list[Step] | None:
+    """`NAME -- COMMAND... [:: NAME -- COMMAND...]...` as steps; None if malformed."""
+    out: list[Step] = []
+    chunk: list[str] = []
+    for arg in [*args, "::"]:
+        if arg != "::":
+            chunk.append(arg)
+            continue
+        if len(chunk) < 3 or chunk[1] != "--":
+            return None
+        out.append((chunk[0], chunk[2:]))
+        chunk = []
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["begin"]:
         begin()
@@ -206,6 +271,8 @@ def main(argv: list[str]) -> int:
         record(argv[1], float(argv[2]))  # an environment or packages, inside make's steps
     elif argv[:1] == ["run"] and len(argv) > 3 and argv[2] == "--":
         return run(argv[1], argv[3:])
+    elif argv[:1] == ["together"] and (parsed := _steps(argv[1:])):
+        return together(parsed[0], parsed[1:])
     else:
         print(__doc__, file=sys.stderr)
         return 2
