@@ -4,6 +4,7 @@ typical fresh machine, the run's record, and its report, also when a step fails.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def test_steps_together_run_at_once_the_others_niced_their_output_after_the_firs
     assert rc == 0
     out = capfd.readouterr().out
     assert out.index("first saw it") < out.index("==> maker (beside the e2e), exit status 0:")
-    assert f"nice {steps.BESIDE_NICE}" in out
+    assert f"nice {min(os.nice(0) + steps.BESIDE_NICE, 19)}" in out  # relative to this one's
     assert out.index("nice") < out.index("second beside")
     assert "[after, beside the e2e: done in" in out
     recorded = {
