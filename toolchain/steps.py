@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 HERE = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -194,11 +194,19 @@ def end() -> None:
     report()
 
 
+def _timed(name: str, command: list[str], out: BinaryIO | None = None) -> tuple[int, str, float]:
+    """Run a step of make's (its output to `out`, else shown) and record it: its exit
+    status, its state and its seconds."""
+    start = time.monotonic()
+    rc = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT if out else None)
+    seconds, state = time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})"
+    record(name, seconds, state, "make")
+    return rc, state, seconds
+
+
 def run(name: str, command: list[str]) -> int:
     """Run a step of make's, timed; its exit status. On failure, the run ends there."""
-    start = time.monotonic()
-    rc = subprocess.call(command)
-    record(name, time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})", "make")
+    rc = _timed(name, command)[0]
     if rc:
         end()
     return rc
@@ -219,21 +227,15 @@ def together(first: Step, beside: list[Step]) -> int:
 
     def chain() -> None:
         for i, ((name, command), log) in enumerate(zip(beside, logs, strict=True)):
-            start = time.monotonic()
             with log.open("wb") as out:
-                codes[i] = subprocess.call(["nice", "-n", str(BESIDE_NICE), *command],
-                                           stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-            seconds = time.monotonic() - start
-            state = "done" if codes[i] == 0 else f"failed ({codes[i]})"
-            record(f"{name} (beside the {first[0]})", seconds, state, "make")
+                codes[i], state, seconds = _timed(f"{name} (beside the {first[0]})",
+                                                  ["nice", "-n", str(BESIDE_NICE), *command], out)  # fmt: skip
             print(f"\n[{name}, beside the {first[0]}: {state} in {seconds:.0f} s; its output "
                   f"follows the {first[0]}'s]", flush=True)  # fmt: skip
 
     worker = threading.Thread(target=chain, name="beside")
     worker.start()
-    start = time.monotonic()
-    rc = subprocess.call(first[1])
-    record(first[0], time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})", "make")
+    rc = _timed(*first)[0]
     worker.join()
     for (name, _), log, code in zip(beside, logs, codes, strict=True):
         print(f"\n==> {name} (beside the {first[0]}), exit status {code}:", flush=True)
