@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import secrets
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import testbed.cluster
+import testbed.images
 import toolchain
 from testbed.kube import wait_for
 from testbed.kubectl import Kubectl
@@ -189,8 +193,8 @@ def test_real_node_runs_the_pinned_kubelet_and_containerd(kubectl: Kubectl, real
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
 
 
-def base_image_pod(name: str, command: list[str]) -> dict[str, Any]:
-    """A pod of the test bed's own base image (no registry is reachable)."""
+def base_image_pod(name: str, command: list[str], image: str = "") -> dict[str, Any]:
+    """A pod of the test bed's own base image (no registry is reachable), or of `image`."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -200,7 +204,7 @@ def base_image_pod(name: str, command: list[str]) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "main",
-                    "image": testbed.images.ref(testbed.images.BASE),
+                    "image": image or testbed.images.ref(testbed.images.BASE),
                     "imagePullPolicy": "Never",
                     "command": command,
                 }
@@ -237,3 +241,45 @@ def test_a_pod_really_runs_and_stays_inside_the_test_bed(
     # /proc/net/route (interface, destination, gateway, ...): 00000000 is a default route.
     routes = [line.split()[1:] for line in logs.splitlines() if line.startswith("route ")]
     assert routes and all(r[1] != "00000000" for r in routes), routes
+
+
+def test_a_rebuilt_image_reaches_containerd_without_the_layers_it_has_unpacked(
+    kubectl: Kubectl, real_node: str, real_namespace: str, tmp_path: Path
+) -> None:
+    """An image rebuilt after a change to the source: containerd gets only its new top
+    layer, unpacks it on the snapshots it has, and a pod runs from it (the file the new
+    layer holds, on the layers below)."""
+    images, node = testbed.images, testbed.cluster.node()
+    probe = f"{images.REGISTRY}/lean-probe:{secrets.token_hex(4)}"
+    (tmp_path / "marker").write_text(probe)
+    box = images.buildah("from", "--pull=never", images.ref(images.OPERATOR), capture=True)
+    try:
+        images.buildah("copy", "--quiet", box.strip(), str(tmp_path / "marker"), "/marker")
+        images.buildah("commit", "--quiet", box.strip(), probe, capture=True)
+    finally:
+        images.buildah("rm", box.strip(), capture=True, check=False)
+    try:
+        stack = images.layers(probe)
+        unpacked = node.unpacked()
+        assert [chain in unpacked for *_, chain in stack] == [True] * (len(stack) - 1) + [False]
+        command = images.push_command(probe, unpacked)
+        assert "stream" in command, command
+        sent = subprocess.run(command, capture_output=True, check=True).stdout
+        whole = sum(size for _, size, _ in stack)
+        assert len(sent) < 64 * 1024 < whole, (len(sent), whole)  # the marker's layer alone
+
+        node.import_image(probe, command)
+        assert probe in node.images()
+        assert stack[-1][2] in node.unpacked()
+        pod = base_image_pod("lean", ["cat", "/marker"], image=probe)
+        kubectl.apply(pod, real_namespace)
+        wait_for(
+            lambda: kubectl.json("get", "pod", "lean", "-n", real_namespace)["status"].get("phase")
+            == "Succeeded",
+            timeout=60, what="the pod of the rebuilt image to finish",
+        )  # fmt: skip
+        assert kubectl("logs", "lean", "-n", real_namespace).strip() == probe
+    finally:
+        kubectl.run("delete", "pod", "lean", "-n", real_namespace, "--wait", check=False)
+        node.ctr("images", "rm", "--sync", probe, check=False)
+        images.buildah("rmi", probe, capture=True, check=False)

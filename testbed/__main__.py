@@ -7,6 +7,10 @@
     python -m testbed kubeconfig     print the kubeconfig's path
     python -m testbed images build   build the images that are missing (progress shown)
     python -m testbed images list    the image references and whether each is built
+    python -m testbed images stream REF [DIFF_ID ...]
+                                     write an image in the builder's store to standard output
+                                     as an OCI layout in a tar, without the layers named (those
+                                     containerd has unpacked)
 
 Only the standard library is used, so this works before the virtual environment exists.
 """
@@ -25,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("build", "up", "down", "status", "kubeconfig"):
         commands.add_parser(name)
     image = commands.add_parser("images", help="the project's images alone")
-    image.add_argument("action", choices=["build", "list"])
+    image.add_argument("action", choices=["build", "list", "stream"])
+    image.add_argument("reference", nargs="?", help="stream: the image")
+    image.add_argument("have", nargs="*", help="stream: the diff IDs of the layers to leave out")
     args = parser.parse_args(argv)
     if args.command == "build":
         cluster.build_all()
@@ -35,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         cluster.down()
     elif args.command == "kubeconfig":
         print(cluster.KUBECONFIG)
+    elif args.command == "images" and args.action == "stream":
+        if not args.reference:
+            parser.error("images stream: give the image's reference")
+        images.stream(args.reference, set(args.have), sys.stdout.buffer)
     elif args.command == "images":
         if args.action == "build":
             images.build()

@@ -333,9 +333,24 @@ def start_real_node(scaling: bool = True) -> None:
 
 def import_images(*also: images.Image) -> dict[str, str]:
     """Put every image into the real node's containerd (the base too: tests run throwaway
-    pods from it), with the on-demand ones asked for or already built; remove the rest."""
+    pods from it), with the on-demand ones asked for or already built; remove the rest,
+    but for an earlier build of an on-demand image not built anew yet: its layers stay
+    unpacked until its next build is imported, which then sends only the layers that
+    changed (`images.source`)."""
     wanted = [*(i for i in (*images.ALL, *images.ON_DEMAND) if images.built(i)), *also]
-    node().import_images({images.ref(i): images.source(i) for i in wanted})
+    n = node()
+    whole = {images.ref(i): images.source(i) for i in wanted}
+    present, unpacked = n.images(), n.unpacked()
+    lean = {
+        r: source if r in present else images.source(i, unpacked)
+        for i, (r, source) in zip(wanted, whole.items(), strict=True)
+    }
+    keep = frozenset(images.repository(i) for i in images.ON_DEMAND if i not in wanted)
+    try:
+        n.import_images(lean, keep)
+    except RuntimeError as e:  # a layer it counted on went (containerd's garbage collector)
+        say(f"importing without the unpacked layers failed ({e}); importing whole")
+        n.import_images(whole, keep)
     return images.refs()
 
 

@@ -36,7 +36,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -248,10 +248,19 @@ state = "{state}"
         rows = [line.split() for line in out.splitlines()[1:]]
         return {row[0]: row[2] for row in rows if len(row) > 2}
 
-    def import_images(self, sources: dict[str, Path | list[str]]) -> None:
+    def unpacked(self) -> frozenset[str]:
+        """The chain IDs of the layers unpacked here: the names of containerd's committed
+        snapshots (overlayfs, the CRI's snapshotter)."""
+        out = self.ctr("snapshots", "--snapshotter", "overlayfs", "ls") or ""
+        rows = [line.split() for line in out.splitlines()[1:]]
+        return frozenset(row[0] for row in rows if row and row[-1] == "Committed")
+
+    def import_images(
+        self, sources: dict[str, Path | list[str]], keep: frozenset[str] = frozenset()
+    ) -> None:
         """Import each wanted reference that is missing, from its archive or from the
         standard output of its command (an image streamed from the builder's store), then
-        remove every other image.
+        remove every other image but those of the repositories in `keep`.
 
         Imported blobs are discarded once unpacked (``--discard-unpacked-layers``): the
         snapshots are what containers run from, and a second copy of a torch image's layers
@@ -262,38 +271,34 @@ state = "{state}"
         the content and snapshots."""
         present = self.images()
         for ref, source in sources.items():
-            if ref in present:
-                continue
-            say(f"importing {ref} into containerd")
-            if isinstance(source, Path):
-                self.ctr(
-                    "images",
-                    "import",
-                    "--local",
-                    "--discard-unpacked-layers",
-                    str(source),
-                    timeout=900,
-                )
-                continue
-            producer = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            try:
-                self.ctr("images", "import", "--local", "--discard-unpacked-layers", "-",
-                         stdin=producer.stdout, timeout=1800)  # fmt: skip
-            finally:
-                assert producer.stdout is not None
-                producer.stdout.close()
-                err = producer.stderr.read().decode() if producer.stderr else ""
-                if producer.wait() != 0:
-                    raise RuntimeError(f"{' '.join(source[-4:])} failed: {err.strip()}")
+            if ref not in present:
+                self.import_image(ref, source)
         present = self.images()
         missing = [ref for ref in sources if ref not in present]
         if missing:
             raise SystemExit(f"importing did not yield {', '.join(missing)}")
-        keep = {present[ref] for ref in sources}
-        stale = [ref for ref, digest in present.items() if digest not in keep]
+        stale = stale_images(present, sources, keep)
         if stale:
             say(f"removing {len(stale)} stale image references from containerd")
             self.ctr("images", "rm", "--sync", *stale, check=False, timeout=300)
+
+    def import_image(self, ref: str, source: Path | list[str]) -> None:
+        """Import one image from its archive or from its command's standard output."""
+        say(f"importing {ref} into containerd")
+        if isinstance(source, Path):
+            self.ctr("images", "import", "--local", "--discard-unpacked-layers", str(source),
+                     timeout=900)  # fmt: skip
+            return
+        producer = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            self.ctr("images", "import", "--local", "--discard-unpacked-layers", "-",
+                     stdin=producer.stdout, timeout=1800)  # fmt: skip
+        finally:
+            assert producer.stdout is not None
+            producer.stdout.close()
+            err = producer.stderr.read().decode() if producer.stderr else ""
+            if producer.wait() != 0:
+                raise RuntimeError(f"{' '.join(source[-4:])} failed: {err.strip()}")
 
     def kubelet_config(self) -> dict[str, object]:
         return {
@@ -424,6 +429,16 @@ state = "{state}"
 
     def _pid(self, name: str) -> int | None:
         return _pid(self.dir, name)
+
+
+def stale_images(present: dict[str, str], wanted: Iterable[str], keep: frozenset[str]) -> list[str]:
+    """The references to remove from containerd (`present`: reference -> target digest):
+    those whose target no wanted reference, nor any reference of a repository in `keep`,
+    points at. The CRI's second name of each image (its ID, ``sha256:...``) goes with it."""
+    targets = {present[ref] for ref in wanted} | {
+        digest for ref, digest in present.items() if ref.rsplit(":", 1)[0] in keep
+    }
+    return [ref for ref, digest in present.items() if digest not in targets]
 
 
 def _write(path: Path, text: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import shutil
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from testbed import images as ti
+from testbed import realnode
 from testkit import speaker_model
 from transcription_api.telemetry import TELEMETRY_OFF
 
@@ -184,3 +186,79 @@ def test_an_image_installs_its_dependencies_before_it_copies_the_source(image: t
     assert project and all("--no-deps" in s for s in project), project
     assert image.streamed
     assert bool(ti.BUILD_STAGE.search(text)) == (" AS build" in text)
+
+
+def test_chain_ids_stack_each_layer_on_those_below_as_the_oci_spec_says() -> None:
+    """ChainID(L0) = DiffID(L0); ChainID(L0..Ln) = sha256(ChainID(L0..Ln-1) + " " + DiffID(Ln)):
+    the names of containerd's snapshots, which the lean import looks for."""
+    a, b, c = (f"sha256:{x * 64}" for x in "abc")
+    ab = "sha256:" + hashlib.sha256(f"{a} {b}".encode()).hexdigest()
+    abc = "sha256:" + hashlib.sha256(f"{ab} {c}".encode()).hexdigest()
+    assert ti.chain_ids([a, b, c]) == [a, ab, abc]
+    assert ti.chain_ids([b, c])[1] != abc  # the same layer on another stack: another snapshot
+    assert ti.chain_ids([]) == []
+
+
+LAYERS = [("sha256:" + "1" * 64, 4_000_000_000), ("sha256:" + "2" * 64, 3_000_000),
+          ("sha256:" + "3" * 64, 20_000)]  # fmt: skip
+STACK = [(d, s, c) for (d, s), c in zip(LAYERS, ti.chain_ids([d for d, _ in LAYERS]), strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("unpacked", "lean"),
+    [
+        ([], False),  # nothing there (a first import): whole, straight from the store
+        ([0, 1], True),  # a rebuild: only its top layer goes
+        ([0], True),  # 3 MB to send
+        (["sha256:" + "9" * 64], False),  # only another image's layers: whole
+    ],
+    ids=["first import", "top layer rebuilt", "two layers rebuilt", "no layer shared"],
+)
+def test_a_streamed_image_goes_without_the_layers_containerd_has_unpacked(
+    monkeypatch: pytest.MonkeyPatch, unpacked: list[int | str], lean: bool
+) -> None:
+    monkeypatch.setattr(ti, "layers", lambda reference: STACK)
+    chains = frozenset(STACK[u][2] if isinstance(u, int) else u for u in unpacked)
+    command = ti.push_command("testbed.local/transcription/x:1", chains)
+    if lean:
+        i = command.index("stream")
+        have = [d for d, _, c in STACK if c in chains]
+        assert command[i + 1 :] == ["testbed.local/transcription/x:1", *have]
+    else:
+        assert command[-1] == "docker-archive:/dev/stdout:testbed.local/transcription/x:1"
+
+
+def test_a_rebuild_whose_new_layers_are_large_goes_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PARTIAL_LIMIT the lean layout would sit on disk while it streams: whole it goes,
+    from the store straight into the pipe."""
+    monkeypatch.setattr(ti, "layers", lambda reference: STACK)
+    monkeypatch.setattr(ti, "PARTIAL_LIMIT", 1_000_000)
+    command = ti.push_command("testbed.local/transcription/x:1", frozenset([STACK[0][2]]))
+    assert command[-1].startswith("docker-archive:/dev/stdout:")
+
+
+def test_the_stream_command_refuses_a_missing_reference_naming_what_to_give() -> None:
+    out = subprocess.run([sys.executable, "-m", "testbed", "images", "stream"], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2 and "give the image's reference" in out.stderr, out.stderr
+
+
+def test_containerd_keeps_the_wanted_images_and_an_on_demand_images_last_build() -> None:
+    """An image not wanted any more leaves containerd with its CRI name (its ID); the last
+    build of an on-demand image stays until its next build is imported (which then sends
+    only the layers that changed)."""
+    vllm = "testbed.local/transcription/worker-vllm-cpu"
+    present = {
+        "testbed.local/transcription/operator:new": "sha256:op2",
+        "testbed.local/transcription/operator:old": "sha256:op1",
+        "sha256:op1": "sha256:op1",
+        f"{vllm}:old": "sha256:v1",
+        "sha256:v1": "sha256:v1",
+    }
+    wanted = ["testbed.local/transcription/operator:new"]
+    assert realnode.stale_images(present, wanted, frozenset([vllm])) == [
+        "testbed.local/transcription/operator:old", "sha256:op1"
+    ]  # fmt: skip
+    assert realnode.stale_images(present, wanted, frozenset()) == [
+        "testbed.local/transcription/operator:old", "sha256:op1", f"{vllm}:old", "sha256:v1"
+    ]  # fmt: skip
