@@ -337,15 +337,13 @@ def import_images(*also: images.Image) -> dict[str, str]:
     but for an earlier build of an on-demand image not built anew yet: its layers stay
     unpacked until its next build is imported, which then sends only the layers that
     changed (`images.source`)."""
-    wanted = [*(i for i in (*images.ALL, *images.ON_DEMAND) if images.built(i)), *also]
+    built = [i for i in (*images.ALL, *images.ON_DEMAND) if images.built(i)]
+    wanted = {images.ref(i): i for i in (*built, *also)}
     n = node()
-    whole = {images.ref(i): images.source(i) for i in wanted}
+    whole = {r: images.source(i) for r, i in wanted.items()}
     present, unpacked = n.images(), n.unpacked()
-    lean = {
-        r: source if r in present else images.source(i, unpacked)
-        for i, (r, source) in zip(wanted, whole.items(), strict=True)
-    }
-    keep = frozenset(images.repository(i) for i in images.ON_DEMAND if i not in wanted)
+    lean = {r: whole[r] if r in present else images.source(i, unpacked) for r, i in wanted.items()}
+    keep = frozenset(images.repository(i) for i in images.ON_DEMAND if images.ref(i) not in wanted)
     try:
         n.import_images(lean, keep)
     except RuntimeError as e:  # a layer it counted on went (containerd's garbage collector)

@@ -262,3 +262,41 @@ def test_containerd_keeps_the_wanted_images_and_an_on_demand_images_last_build()
     assert realnode.stale_images(present, wanted, frozenset()) == [
         "testbed.local/transcription/operator:old", "sha256:op1", f"{vllm}:old", "sha256:v1"
     ]  # fmt: skip
+
+
+class _Node:
+    """The real node's containerd as cluster.import_images sees it."""
+
+    def __init__(self, present: dict[str, str]) -> None:
+        self.present = present
+        self.calls: list[tuple[dict[str, object], frozenset[str]]] = []
+
+    def images(self) -> dict[str, str]:
+        return self.present
+
+    def unpacked(self) -> frozenset[str]:
+        return frozenset(["sha256:" + "1" * 64])
+
+    def import_images(self, sources: dict[str, object], keep: frozenset[str]) -> None:
+        self.calls.append((sources, keep))
+
+
+def test_importing_an_on_demand_image_once_built_asks_for_it_once_and_keeps_the_others_last_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """on_demand_image passes the image it just built, which is also among the built ones:
+    one source for it (a duplicate once broke the import); the other on-demand image, not
+    built anew yet, keeps its last build in containerd."""
+    from testbed import cluster
+
+    transformers, vllm = ti.ON_DEMAND
+    node = _Node({ti.ref(ti.OPERATOR): "sha256:op"})
+    monkeypatch.setattr(cluster, "node", lambda: node)
+    monkeypatch.setattr(ti, "built", lambda image: image is not transformers)
+    monkeypatch.setattr(ti, "source", lambda image, unpacked=frozenset(): [image.name, *unpacked])
+    cluster.import_images(vllm)
+    [(sources, keep)] = node.calls
+    assert list(sources).count(ti.ref(vllm)) == 1
+    assert sources[ti.ref(vllm)] == ["worker-vllm-cpu", "sha256:" + "1" * 64]  # lean: missing
+    assert sources[ti.ref(ti.OPERATOR)] == ["operator"]  # present: never streamed
+    assert keep == frozenset([ti.repository(transformers)])
