@@ -298,7 +298,7 @@ state = "{state}"
             producer.stdout.close()
             err = producer.stderr.read().decode() if producer.stderr else ""
             if producer.wait() != 0:
-                raise RuntimeError(f"{' '.join(source[-4:])} failed: {err.strip()}")
+                raise RuntimeError(f"{shlex.join(source)[:200]} failed: {err.strip()}")
 
     def kubelet_config(self) -> dict[str, object]:
         return {
