@@ -218,6 +218,11 @@ def start_control_plane() -> None:
             "requestheader-group-headers=X-Remote-Group",
             "requestheader-extra-headers-prefix=X-Remote-Extra-",
             "enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
+            # On SIGTERM, close the open watches (their clients reconnect) instead of
+            # waiting for them until the request timeout: a restart took 65 s, 60 of them
+            # waiting on watches that never end (k0s and OpenShift set it for the same
+            # reason). The API-server-restart scenario restarts it this way.
+            "shutdown-watch-termination-grace-period=5s",
         ],
         # One instance of each, so no leader election: with it they exit when the API
         # server is away longer than the renew deadline (the API-server-restart scenario),
@@ -470,6 +475,7 @@ def down() -> None:
     """Stop the cluster and the real node; fail, naming them, if any of the node's
     processes survive (they would hold memory and CPU under the next run)."""
     gitops.stop(CACHE)  # Flux's controllers, if a test that started them was killed
+    kept = keep_logs()
     if realnode.owner(CACHE) in (CLUSTER, ""):
         realnode.teardown(CACHE, node_binary)
         if left := realnode.leftovers(CACHE):
@@ -483,7 +489,26 @@ def down() -> None:
     _stop_leftovers(WORKDIR / "clusters" / CLUSTER)
     KUBECONFIG.unlink(missing_ok=True)
     shutil.rmtree(WORKDIR / "clusters" / CLUSTER, ignore_errors=True)
-    say(f"cluster {CLUSTER!r} removed")
+    say(f"cluster {CLUSTER!r} removed" + (f"; its logs kept in {kept}" if kept else ""))
+
+
+def keep_logs(cache: Path = CACHE, cluster: str = CLUSTER) -> Path | None:
+    """Move the control plane's and the real node's logs (kubelet, containerd, kube-router,
+    kube-apiserver, ...) to `<cache>/last-logs`, replacing the previous run's: what a failed
+    e2e test needs to be understood outlives `testbed down`. A rename on the same file
+    system: the daemons still running write on into the moved files until they stop.
+    Returns where they are; None when there were none."""
+    sources = {"cluster": cache / "kwok" / "clusters" / cluster / "logs",
+               "node": realnode.node_dir(cache) / "logs"}  # fmt: skip
+    present = {name: src for name, src in sources.items() if src.is_dir()}
+    if not present:
+        return None
+    kept = cache / "last-logs"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for name, src in present.items():
+        src.rename(kept / name)
+    return kept
 
 
 def _stop_leftovers(cluster: Path) -> None:
