@@ -171,7 +171,7 @@ def up(scaling: bool = True) -> Path:
             import_images()
             install_keda(images.refs())
     else:
-        if (WORKDIR / "clusters" / CLUSTER).exists():
+        if cluster_dir().exists():
             say("removing a stopped or broken earlier cluster")
             down()
         start_control_plane()
@@ -182,8 +182,13 @@ def up(scaling: bool = True) -> Path:
     return KUBECONFIG
 
 
+def cluster_dir(cache: Path = CACHE, name: str = CLUSTER) -> Path:
+    """kwokctl's directory of the cluster: its binaries, PKI, PID files and logs."""
+    return cache / "kwok" / "clusters" / name
+
+
 def pki_dir() -> Path:
-    return WORKDIR / "clusters" / CLUSTER / "pki"
+    return cluster_dir() / "pki"
 
 
 def start_control_plane() -> None:
@@ -274,7 +279,7 @@ def start_control_plane() -> None:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(
             f"kwokctl could not start the cluster (exit {proc.returncode}); "
-            f"component logs: {WORKDIR / 'clusters' / CLUSTER / 'logs'}"
+            f"component logs: {cluster_dir() / 'logs'}"
         )
     say(f"control plane ready in {time.monotonic() - start:.1f}s")
 
@@ -475,8 +480,9 @@ def down() -> None:
     """Stop the cluster and the real node; fail, naming them, if any of the node's
     processes survive (they would hold memory and CPU under the next run)."""
     gitops.stop(CACHE)  # Flux's controllers, if a test that started them was killed
-    kept = keep_logs()
-    if realnode.owner(CACHE) in (CLUSTER, ""):
+    ours = realnode.owner(CACHE) in (CLUSTER, "")  # the node, not another cluster's
+    kept = keep_logs(node=ours)
+    if ours:
         realnode.teardown(CACHE, node_binary)
         if left := realnode.leftovers(CACHE):
             lines = "\n".join(f"  {pid} {cmd}" for pid, cmd in sorted(left.items()))
@@ -486,20 +492,22 @@ def down() -> None:
     if not KWOK.path("kwokctl").exists():
         return
     _kwokctl("delete", "cluster", "--kubeconfig", str(KUBECONFIG), capture=True)
-    _stop_leftovers(WORKDIR / "clusters" / CLUSTER)
+    _stop_leftovers(cluster_dir())
     KUBECONFIG.unlink(missing_ok=True)
-    shutil.rmtree(WORKDIR / "clusters" / CLUSTER, ignore_errors=True)
+    shutil.rmtree(cluster_dir(), ignore_errors=True)
     say(f"cluster {CLUSTER!r} removed" + (f"; its logs kept in {kept}" if kept else ""))
 
 
-def keep_logs(cache: Path = CACHE, cluster: str = CLUSTER) -> Path | None:
+def keep_logs(cache: Path = CACHE, cluster: str = CLUSTER, node: bool = True) -> Path | None:
     """Move the control plane's and the real node's logs (kubelet, containerd, kube-router,
     kube-apiserver, ...) to `<cache>/last-logs`, replacing the previous run's: what a failed
     e2e test needs to be understood outlives `testbed down`. A rename on the same file
     system: the daemons still running write on into the moved files until they stop.
+    `node`: the real node's too (False when it belongs to another cluster, still running).
     Returns where they are; None when there were none."""
-    sources = {"cluster": cache / "kwok" / "clusters" / cluster / "logs",
-               "node": realnode.node_dir(cache) / "logs"}  # fmt: skip
+    sources = {"cluster": cluster_dir(cache, cluster) / "logs"}
+    if node:
+        sources["node"] = realnode.node_dir(cache) / "logs"
     present = {name: src for name, src in sources.items() if src.is_dir()}
     if not present:
         return None

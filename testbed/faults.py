@@ -53,7 +53,7 @@ def restart_node_daemon(name: str) -> None:
 
 def _api_server() -> tuple[Path, Path]:
     """The cluster's directory and the API server's PID file in it (kwokctl's)."""
-    cluster = testbed.cluster.WORKDIR / "clusters" / testbed.cluster.CLUSTER
+    cluster = testbed.cluster.cluster_dir()
     return cluster, cluster / "pids" / "kube-apiserver.pid"
 
 

@@ -48,3 +48,12 @@ def test_only_the_nodes_logs_when_the_control_plane_never_started(tmp_path: Path
     kept = keep_logs(tmp_path, "tb")
     assert kept is not None
     assert [p.name for p in kept.iterdir()] == ["node"]
+
+
+def test_the_node_of_another_cluster_keeps_its_logs(tmp_path: Path) -> None:
+    """A `down` of this cluster while the real node belongs to another, still running."""
+    cluster, node = logs_of_a_run(tmp_path, "x")
+    kept = keep_logs(tmp_path, "tb", node=False)
+    assert kept is not None
+    assert [p.name for p in kept.iterdir()] == ["cluster"]
+    assert not cluster.exists() and (node / "kubelet.log").exists()
