@@ -77,8 +77,10 @@ def speak(text: str, directory: Path) -> Path:
     out = directory / f"{slug}.wav"
     if not out.exists():
         subprocess.run(["espeak-ng", "-s", "150", "-w", str(raw), text], check=True)
+        # -R: sox's dither is seeded, so a sentence is the same file in every run (unseeded,
+        # Whisper's text of the same sentence differed from run to run).
         subprocess.run(
-            ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True
+            ["sox", "-R", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True
         )
     return out
 

@@ -22,7 +22,7 @@ def pcm(text: str, directory: Path, rate: int = RATE) -> bytes:
     wav = speak(text, directory)
     out = wav.with_suffix(f".{rate}.raw")
     if not out.exists():
-        subprocess.run(["sox", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed",
+        subprocess.run(["sox", "-R", str(wav), "-r", str(rate), "-c", "1", "-b", "16", "-e", "signed",
                         "-t", "raw", str(out)], check=True)  # fmt: skip
     return out.read_bytes()
 

@@ -50,7 +50,7 @@ def speech_at(text: str, directory: Path, rate: int) -> Int16:
     out = source.with_suffix(f".{rate}.wav")
     if not out.exists():
         subprocess.run(
-            ["sox", str(source), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True
+            ["sox", "-R", str(source), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True
         )
     samples, got = read_wav(out)
     assert got == rate
