@@ -161,6 +161,32 @@ def test_watch_namespaces_render_roles_only_there() -> None:
     assert "--namespace=speech" in args and "--namespace=asr" in args
 
 
+def test_a_namespace_pattern_reads_every_namespace_and_passes_the_patterns_on() -> None:
+    """A pattern (`team-*`, `!team-ci-*`) cannot be a Role's namespace: the operator must
+    see every namespace to know which match, so the chart grants what watching every
+    namespace does, and the operator keeps the ones the patterns admit."""
+    docs = render("watchNamespaces={team-*,!team-ci-*}")
+    wide = find(docs, "ClusterRole", RELEASE)
+    assert wide and {"apiGroups": [""], "resources": ["namespaces"],
+                     "verbs": ["get", "list", "watch"]} in wide[0]["rules"]  # fmt: skip
+    assert not [
+        r for r in find(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")
+    ]
+    args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-*" in args and "--namespace=!team-ci-*" in args
+
+
+@pytest.mark.parametrize("entry", ["Team-*", "team_a", "a b"])
+def test_a_watch_namespace_that_is_neither_a_name_nor_a_pattern_is_refused(entry: str) -> None:
+    out = helm(
+        "template", RELEASE, str(CHART), "--set", f"watchNamespaces={{{entry}}}", check=False
+    )
+    assert out.returncode != 0 and "/watchNamespaces/0" in out.stderr
+    assert (
+        helm("template", RELEASE, str(CHART), "--set", "watchNamespaces={speech}").returncode == 0
+    )
+
+
 def test_the_admission_policy_only_warns_and_can_be_turned_off() -> None:
     from transcription_api.findings import POLICY_NAME
 

@@ -18,6 +18,7 @@ from transcription_operator import handlers, manager, metrics
 from transcription_operator.leader import ElectionConfig
 from transcription_operator.names import MANAGED_BY_LABEL, PART_OF
 from transcription_operator.reconciler import Result
+from transcription_operator.scope import Scope
 
 
 def test_pods_and_events_are_filtered_server_side() -> None:
@@ -207,7 +208,7 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         kube = RecordingKube()
         for obj in (resource, scaler, frontend):
             kube.server.put(obj)
-        manager.relist(kube, ())
+        manager.relist(kube, Scope())
         assert rt.cache.get("Service", "ns", "w-scaler") is not None
         relister = asyncio.create_task(manager._relister(kube))
         kube.server.down = True  # the API server goes away; the scaler Service is deleted meanwhile
@@ -223,6 +224,40 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         assert await asyncio.wait_for(rt.queue.get(), 1) == (KIND, "ns", "w")
         relister.cancel()
         await asyncio.gather(relister, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_patterned_scope_keeps_only_the_namespaces_it_admits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a pattern the operator reads cluster-wide (one watch per kind) and keeps only
+    what its scope admits: a watch event from another namespace is neither cached nor
+    queued, and a relist leaves it out, namespaces included."""
+
+    def in_ns(obj: dict[str, Any], ns: str) -> dict[str, Any]:
+        meta = {**obj["metadata"], "namespace": ns, "uid": f"u-{ns}", "resourceVersion": "1"}
+        return {**obj, "metadata": meta}
+
+    async def main() -> None:
+        rt = manager.Runtime()
+        rt.scope = Scope.of(["team-*", "!team-ci"])
+        monkeypatch.setattr(manager, "RUNTIME", rt)
+        ours, ci, other = (in_ns(td("w"), ns) for ns in ("team-a", "team-ci", "other"))
+        for body in (ours, ci, other):
+            await handlers.resource_event(event={"type": "ADDED"}, body=body)  # type: ignore[arg-type]
+        assert rt.queue.depth == 1 and await rt.queue.get() == (KIND, "team-a", "w")
+        assert (
+            rt.cache.get(KIND, "team-ci", "w") is None and rt.cache.get(KIND, "other", "w") is None
+        )
+        kube = RecordingKube()
+        for obj in (ours, ci, other):
+            kube.server.put(obj)
+        for ns in ("team-a", "team-ci", "other"):
+            kube.server.put({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}})
+        manager.relist(kube, rt.scope)
+        assert rt.cache.keys(KIND) == [("team-a", "w")]
+        assert rt.cache.keys("Namespace") == [("", "team-a")]
 
     asyncio.run(main())
 

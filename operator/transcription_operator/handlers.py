@@ -57,7 +57,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.error_backoffs = [1, 2, 5] + [10] * 18
     # Named namespaces (the chart's watchNamespaces): kopf would otherwise list every
     # namespace to match them, which a namespaced operator may not (403 at each start).
-    settings.scanning.disabled = bool(manager.RUNTIME.namespaces)
+    settings.scanning.disabled = not manager.RUNTIME.scope.cluster_wide
     # Only our pods, and only Warning Events about pods, leave the API server.
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
     settings.watching.field_selectors["v1", "events"] = EVENT_SELECTOR
@@ -140,8 +140,8 @@ async def namespace_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> No
 
 
 def watch_namespaces() -> None:
-    """Register the namespaces' watch: only for an operator that watches every namespace
-    (one that watches named namespaces may not read namespaces, and does not)."""
+    """Register the namespaces' watch: only for an operator that reads every namespace (all
+    of them, or a pattern's; one that watches named namespaces may not, and does not)."""
     kopf.on.event("", "v1", NAMESPACE.plural, id="watch-namespaces")(namespace_event)
 
 

@@ -2,6 +2,8 @@
 
 transcription-operator                       watch all namespaces
 transcription-operator -n speech -n asr      watch these namespaces only
+transcription-operator -n 'team-*' -n '!team-ci-*'
+                                             watch the namespaces these patterns admit
 WATCH_NAMESPACES=speech,asr transcription-operator
 transcription-operator --leader-elect         one of several replicas: only the Lease's holder
                                              reconciles (POD_NAME, POD_NAMESPACE from the pod)
@@ -33,6 +35,7 @@ from .leader import (
     default_namespace,
     parse_duration,
 )
+from .scope import Scope
 
 LEASE_NAME = "transcription-operator"
 
@@ -60,7 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--namespace",
         action="append",
         default=[],
-        help="namespace to watch (repeatable); default: WATCH_NAMESPACES, else all",
+        help="namespace to watch, or a pattern ('team-*'; '!ci-*' leaves those out); "
+        "repeatable; default: WATCH_NAMESPACES, else all",
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="kubeconfig path")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port")
@@ -105,6 +109,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "POD_NAMESPACE)",
     )  # fmt: skip
     args = p.parse_args(argv)
+    try:
+        args.scope = Scope.of(args.namespace or list(OperatorConfig.from_env().namespaces))
+    except ValueError as e:
+        p.error(f"{e} (--namespace or WATCH_NAMESPACES)")
     args.election = None
     if args.leader_elect:
         if not args.leader_elect_resource_namespace:
@@ -143,22 +151,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
     manager.RUNTIME.kubeconfig = args.kubeconfig
-    namespaces: list[str] = args.namespace or list(OperatorConfig.from_env().namespaces)
-    manager.RUNTIME.namespaces = tuple(namespaces)
-    if not namespaces:
+    scope: Scope = args.scope
+    manager.RUNTIME.scope = scope
+    if scope.cluster_wide:
         handlers.watch_namespaces()
     manager.RUNTIME.election_config = args.election
     start_http_server(args.metrics_port)
     logging.getLogger(__name__).info(
         "watching %s; metrics on :%d, liveness on :%d/healthz",
-        ", ".join(namespaces) if namespaces else "all namespaces",
+        scope,
         args.metrics_port,
         args.health_port,
     )
     asyncio.run(
         kopf.operator(
-            clusterwide=not namespaces,
-            namespaces=namespaces,
+            # A pattern: one cluster-wide watch per kind, filtered here (`manager`), rather
+            # than kopf's one watch per kind and matching namespace.
+            clusterwide=scope.cluster_wide,
+            namespaces=[] if scope.cluster_wide else list(scope.specs),
             standalone=True,
             liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz",
         )

@@ -41,6 +41,7 @@ from .leader import ElectionConfig, LeaderElection, LeaseLock
 from .names import MANAGED_SELECTOR
 from .queue import WorkQueue
 from .reconciler import Reconciler
+from .scope import Scope
 
 log = logging.getLogger("transcription_operator")
 
@@ -60,7 +61,7 @@ class Runtime:
         self.reconciler: Reconciler | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.kubeconfig: str | None = None
-        self.namespaces: tuple[str, ...] = ()  # empty: every namespace
+        self.scope = Scope()  # no entries: every namespace
         self.election_config: ElectionConfig | None = None  # None: no leader election
         self.election: LeaderElection | None = None
         self.election_task: asyncio.Task[None] | None = None
@@ -116,6 +117,8 @@ class Runtime:
         reconcile."""
         obj = copy.deepcopy(dict(body))
         obj["kind"], obj["apiVersion"] = kind, api_version
+        if not self.scope.admits_object(obj):  # a pattern's cluster-wide watch: not ours
+            return obj, False
         meta = obj["metadata"]
         news = True
         if event_type is None:
@@ -132,6 +135,8 @@ class Runtime:
     def remember_pod(self, pod: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
         """Record (or forget) one of the operator's pods; returns the resource it belongs
         to."""
+        if not self.scope.admits(pod["metadata"].get("namespace", "")):
+            return None
         key = self.pods.drop(pod) if deleted else self.pods.put(pod)
         self.count_pods()
         return key
@@ -139,6 +144,8 @@ class Runtime:
     def remember_pod_event(self, event: dict[str, Any], deleted: bool) -> tuple[str, str] | None:
         """Record (or forget) a Warning Event about a pod; returns the resource its pod
         belongs to, or None for other pods' Events."""
+        if not self.scope.admits(event["metadata"].get("namespace", "")):
+            return None
         key = self.pods.put_event(event, deleted=deleted)
         self.count_pods()
         return key
@@ -186,7 +193,7 @@ async def start() -> None:
     """Fill the caches, then start the workers, the relister and (if asked) the election."""
     kube = Kube.connect(RUNTIME.kubeconfig)
     cfg = OperatorConfig.from_env()
-    cluster_wide = not RUNTIME.namespaces
+    cluster_wide = RUNTIME.scope.cluster_wide
     if not cfg.api_server and cluster_wide:
         cfg = replace(cfg, api_server=await asyncio.to_thread(kube.api_server_endpoints))
     elif not cfg.api_server:  # its EndpointSlices are in `default`, which it may not read
@@ -194,7 +201,7 @@ async def start() -> None:
                  "address on 443 and 6443 for the API server (the chart's "
                  "networkPolicy.apiServerEndpoints narrows it)")  # fmt: skip
     RUNTIME.reconciler = Reconciler(kube, RUNTIME.cache, cfg, RUNTIME.pods, cluster_wide)
-    await asyncio.to_thread(prime_cache, kube, RUNTIME.namespaces)
+    await asyncio.to_thread(prime_cache, kube, RUNTIME.scope)
     RUNTIME.tasks = [asyncio.create_task(_worker(i)) for i in range(WORKERS)]
     RUNTIME.tasks.append(asyncio.create_task(_relister(kube)))
     election = RUNTIME.election_config
@@ -218,19 +225,21 @@ async def stop() -> None:
     await asyncio.gather(*RUNTIME.tasks, return_exceptions=True)
 
 
-def prime_cache(kube: Kube, namespaces: tuple[str, ...]) -> None:
+def prime_cache(kube: Kube, scope: Scope) -> None:
     """List the resources and their children once before the first reconcile, so that a
     (re)started operator never mistakes a child it has not yet seen on a watch for a
     missing one."""
-    relist(kube, namespaces)
+    relist(kube, scope)
     # Pods, then their Events: a status computed before the streams catch up already says
     # what it will say after (no write, no Event, caused by a restart).
-    for ns in namespaces or (None,):
+    for ns in scope.listed:
         for pod in kube.list("Pod", ns, POD_SELECTOR):
-            RUNTIME.pods.put(pod)
-    for ns in namespaces or (None,):
+            if scope.admits_object(pod):
+                RUNTIME.pods.put(pod)
+    for ns in scope.listed:
         for event in kube.list("Event", ns, field_selector=EVENT_SELECTOR):
-            RUNTIME.pods.put_event(event)
+            if scope.admits_object(event):
+                RUNTIME.pods.put_event(event)
     RUNTIME.count_pods()
 
 
@@ -301,17 +310,17 @@ async def _worker(index: int) -> None:
 # --------------------------------------------------------------------------- relister
 
 
-def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[Key]:
+def relist(kube: Kube, scope: Scope) -> set[Key]:
     """List the resources and their children afresh (and, watching every namespace, the
     namespaces) and make the cache agree, as an informer's relist does: what was deleted
     while a watch was away is forgotten. Returns the resources whose objects changed."""
     keys: set[Key] = set()
     for kind in (*RESOURCES, *CHILDREN):
         selector = "" if kind in RESOURCES else MANAGED_SELECTOR
-        for ns in namespaces or (None,):
+        for ns in scope.listed:
             mark = RUNTIME.cache.mark()
             try:
-                objs = kube.list(kind.kind, ns, selector)
+                objs = [o for o in kube.list(kind.kind, ns, selector) if scope.admits_object(o)]
             except KubeError as e:
                 if kind.optional and e.status == 404:
                     break  # its API is not served (KEDA is not installed): nothing to know
@@ -323,9 +332,10 @@ def relist(kube: Kube, namespaces: tuple[str, ...]) -> set[Key]:
                 if owner:
                     keys.add(owner)
         metrics.MANAGED.labels(kind=kind.kind).set(RUNTIME.cache.count(kind.kind))
-    if not namespaces:
+    if scope.cluster_wide:
         mark = RUNTIME.cache.mark()
-        if RUNTIME.cache.replace(NAMESPACE.kind, None, kube.list(NAMESPACE.kind, None), mark):
+        namespaces = [n for n in kube.list(NAMESPACE.kind, None) if scope.admits_object(n)]
+        if RUNTIME.cache.replace(NAMESPACE.kind, None, namespaces, mark):
             keys |= {(GATEWAY_KIND, ns, name) for ns, name in RUNTIME.cache.keys(GATEWAY_KIND)}
     if any(k[0] == KIND for k in keys):  # a deployment changed: the gateways may route it
         keys |= {(GATEWAY_KIND, ns, name) for ns, name in RUNTIME.cache.keys(GATEWAY_KIND)}
@@ -348,7 +358,7 @@ async def _relister(kube: Kube) -> None:
             RUNTIME.relist_wanted.clear()
             await asyncio.sleep(RELIST_SETTLE_SECONDS)
         try:
-            keys = await asyncio.to_thread(relist, kube, RUNTIME.namespaces)
+            keys = await asyncio.to_thread(relist, kube, RUNTIME.scope)
         except Exception as e:  # the API server is away again: once it is back
             log.warning("relisting failed (again in %.0fs): %s", RELIST_RETRY_SECONDS, e)
             await asyncio.sleep(RELIST_RETRY_SECONDS)

@@ -83,3 +83,13 @@ TranscriptionGateways. */}}
   resources: ["events"]
   verbs: ["get", "list", "watch"]
 {{- end -}}
+
+{{- /* "true" when the operator reads every namespace: none named, or a pattern among them
+(`team-*`, `!ci-*`: it must see every namespace to know which match). */ -}}
+{{- define "to.clusterWide" -}}
+{{- $wide := not .Values.watchNamespaces -}}
+{{- range .Values.watchNamespaces -}}
+{{- if regexMatch "^!|[*?\\[]" . -}}{{- $wide = true -}}{{- end -}}
+{{- end -}}
+{{- $wide -}}
+{{- end -}}
