@@ -16,7 +16,7 @@ import yaml
 import testbed.cluster
 from testbed.kube import CHART, ROOT, SAMPLES, helm, wait_ready
 from testbed.kubectl import Kubectl
-from testbed.operators import OperatorProcess
+from testbed.operators import OperatorProcess, lane_scope
 
 RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"
 SA = f"system:serviceaccount:{SYSTEM_NS}:{RELEASE}"
@@ -277,6 +277,7 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
         "--wait",
         "--timeout",
         "2m",
+        *(("--set", f"watchNamespaces={{{','.join(scope)}}}") if (scope := lane_scope()) else ()),
         kubeconfig=cluster,
     )
     yield
@@ -436,8 +437,13 @@ def test_kubectl_install_path_for_real(
     docs = [d for d in yaml.safe_load_all(install.read_text()) if d]
     helm("uninstall", RELEASE, "-n", SYSTEM_NS, "--wait", kubeconfig=cluster)  # the CRD stays
     assert kubectl.run("get", "clusterrole", RELEASE, check=False).returncode != 0
+    if scope := lane_scope():  # in an e2e lane: its namespaces only (the chart's pattern)
+        [dep] = find(docs, "Deployment", RELEASE)
+        dep["spec"]["template"]["spec"]["containers"][0]["args"] += [
+            f"--namespace={e}" for e in scope
+        ]
     try:
-        out = kubectl("apply", "-f", str(install))
+        out = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
         assert len(out.strip().splitlines()) == len(docs), out  # one line per object
         assert all(
             ln.endswith((" created", " configured", " unchanged")) for ln in out.splitlines()
