@@ -262,11 +262,13 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
             *(f"{k}={v}" for k, v in testbed.cluster.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
-    crd = "crd/transcriptiondeployments.transcription.dev"
-    if kubectl.run("get", crd, check=False).returncode == 0:
-        kubectl("label", "--overwrite", crd, "app.kubernetes.io/managed-by=Helm")
-        kubectl("annotate", "--overwrite", crd, f"meta.helm.sh/release-name={RELEASE}",
-                f"meta.helm.sh/release-namespace={SYSTEM_NS}")  # fmt: skip
+    # Both CRDs: the other e2e lane (testbed.lanes) may have applied them before this runs.
+    for crd in ("crd/transcriptiondeployments.transcription.dev",
+                "crd/transcriptiongateways.transcription.dev"):  # fmt: skip
+        if kubectl.run("get", crd, check=False).returncode == 0:
+            kubectl("label", "--overwrite", crd, "app.kubernetes.io/managed-by=Helm")
+            kubectl("annotate", "--overwrite", crd, f"meta.helm.sh/release-name={RELEASE}",
+                    f"meta.helm.sh/release-namespace={SYSTEM_NS}")  # fmt: skip
     helm(
         "upgrade",
         "--install",
