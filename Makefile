@@ -165,16 +165,16 @@ lint: $(STAMP)
 
 # On a fresh machine the heavy Python environments download while the test bed's Go builds
 # use the CPUs (-j2): the first build's wall time is the longer of the two, not the sum.
-# Then the e2e suite, the longest step (one cluster, its modules in two lanes at once:
-# testbed.lanes), with the faster steps one after another beside it at a lower priority
-# (toolchain/steps.py's `together`): they use the CPU time the e2e suite leaves idle while
-# it waits on pods, leases and faults, and print their output once it has ended. Each step is timed; the end (or a failure, once every step
+# Then the e2e suite, the longest step (one cluster: one process), with the faster steps one
+# after another beside it at a lower priority (toolchain/steps.py's `together`): they use the
+# CPU time the e2e suite leaves idle while it waits on pods, leases and faults, and print
+# their output once it has ended. Each step is timed; the end (or a failure, once every step
 # has ended) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the test bed's build, at once" -- \
 	  $(MAKE) --no-print-directory -j2 envs testbed-build
 	@# --durations: the e2e tests' own times (the closing report has the modules')
-	@$(STEPS) together "e2e suite" -- $(BIN)/python -m testbed.lanes --durations=20 $(PYTEST_ARGS) \
+	@$(STEPS) together "e2e suite" -- $(BIN)/pytest -m e2e --durations=20 $(PYTEST_ARGS) \
 	  :: "lint, types, docs" -- $(MAKE) --no-print-directory lint \
 	  :: "transformers suite" -- $(MAKE) --no-print-directory test-transformers \
 	  :: "unit and integration tests, $(TEST_WORKERS) processes" -- \

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import testbed.cluster
 import testbed.realnode
-from testbed import lanes
 from testbed.kube import CRD_FILE, GATEWAY_CRD_FILE, create_namespace
 from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
@@ -28,20 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """In two lanes (`testbed.lanes`): a test that faults the whole test bed runs alone; the
-    other lane's tests each hold the shared side, module set-up and tear-down included."""
-    lane = os.environ.get("E2E_LANE")
-    hold: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if lane and item.get_closest_marker("exclusive"):
-        hold = lanes.exclusive()
-    elif lane == "api":
-        hold = lanes.shared()
-    with hold:
-        return (yield)
 
 
 @pytest.fixture(scope="session")

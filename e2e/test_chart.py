@@ -16,7 +16,7 @@ import yaml
 import testbed.cluster
 from testbed.kube import CHART, ROOT, SAMPLES, helm, wait_ready
 from testbed.kubectl import Kubectl
-from testbed.operators import OperatorProcess, lane_scope
+from testbed.operators import OperatorProcess
 
 RELEASE, SYSTEM_NS = "transcription-operator", "transcription-system"
 SA = f"system:serviceaccount:{SYSTEM_NS}:{RELEASE}"
@@ -262,7 +262,8 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
             *(f"{k}={v}" for k, v in testbed.cluster.SIMULATED_NAMESPACE_ANNOTATIONS.items()))  # fmt: skip
     # A CRD applied earlier with kubectl (the operator fixture does) is adopted by the
     # release, as Helm documents: its ownership label and annotations.
-    # Both CRDs: the other e2e lane (testbed.lanes) may have applied them before this runs.
+    # Both CRDs: a module run before this one may have applied them (Helm refuses to take
+    # over one without these).
     for crd in ("crd/transcriptiondeployments.transcription.dev",
                 "crd/transcriptiongateways.transcription.dev"):  # fmt: skip
         if kubectl.run("get", crd, check=False).returncode == 0:
@@ -279,7 +280,6 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
         "--wait",
         "--timeout",
         "2m",
-        *(("--set", f"watchNamespaces={{{','.join(scope)}}}") if (scope := lane_scope()) else ()),
         kubeconfig=cluster,
     )
     yield
@@ -439,13 +439,8 @@ def test_kubectl_install_path_for_real(
     docs = [d for d in yaml.safe_load_all(install.read_text()) if d]
     helm("uninstall", RELEASE, "-n", SYSTEM_NS, "--wait", kubeconfig=cluster)  # the CRD stays
     assert kubectl.run("get", "clusterrole", RELEASE, check=False).returncode != 0
-    if scope := lane_scope():  # in an e2e lane: its namespaces only (the chart's pattern)
-        [dep] = find(docs, "Deployment", RELEASE)
-        dep["spec"]["template"]["spec"]["containers"][0]["args"] += [
-            f"--namespace={e}" for e in scope
-        ]
     try:
-        out = kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+        out = kubectl("apply", "-f", str(install))
         assert len(out.strip().splitlines()) == len(docs), out  # one line per object
         assert all(
             ln.endswith((" created", " configured", " unchanged")) for ln in out.splitlines()

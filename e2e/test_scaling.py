@@ -80,12 +80,10 @@ def test_a_deleted_frontend_pod_fails_nothing(scaling: Scaling) -> None:
     no_failures(scenarios.frontend_deleted(scaling))
 
 
-@pytest.mark.exclusive  # the other e2e lane waits (testbed.lanes)
 def test_an_api_server_restart_fails_nothing_and_watches_resume(scaling: Scaling) -> None:
     no_failures(scenarios.api_server_restarted(scaling))
 
 
-@pytest.mark.exclusive  # the other e2e lane waits (testbed.lanes)
 @pytest.mark.parametrize("fault", scenarios.NODE_FAULTS, ids=lambda f: f.__name__)
 def test_a_node_fault_under_load_fails_nothing_and_status_is_ready_after_it(
     scaling: Scaling, fault: Callable[[Scaling], Result]
@@ -123,7 +121,6 @@ def test_a_killed_operator_leader_is_replaced_and_the_rollout_completes(scaling:
     assert [o["metadata"]["name"] for o in sos] == ["whisper-cpu-cpu"]
 
 
-@pytest.mark.exclusive  # the other e2e lane waits (testbed.lanes)
 def test_a_stuck_rollout_is_ready_then_degraded_and_finishes_once_the_node_has_room(
     scaling: Scaling,
 ) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import uuid
@@ -64,8 +63,7 @@ def wait_for(
 def create_namespace(kubectl: Kubectl, prefix: str, simulated: bool) -> str:
     """A fresh namespace. `simulated`: its pods go to KWOK's simulated nodes (they never
     run); otherwise CPU pods run on the test bed's real node."""
-    # TESTBED_NAMESPACE_PREFIX: the e2e lane's (`testbed.lanes`), which its operators watch.
-    name = f"{os.environ.get('TESTBED_NAMESPACE_PREFIX', '')}{prefix}-{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     annotations = cluster.SIMULATED_NAMESPACE_ANNOTATIONS if simulated else {}
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace",
                    "metadata": {"name": name, "annotations": annotations}})  # fmt: skip

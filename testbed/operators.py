@@ -4,7 +4,6 @@ running in the cluster from its image."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import urllib.request
@@ -18,13 +17,6 @@ from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready
 from testbed.kubectl import Kubectl
 from testkit import processes
 from testkit.host import free_port
-
-
-def lane_scope() -> list[str]:
-    """The namespaces an operator meant to watch every namespace keeps to: in an e2e lane
-    (`testbed.lanes`), its lane's (WATCH_NAMESPACES, which the local operators read too);
-    else none, which is every namespace."""
-    return [e for e in os.environ.get("WATCH_NAMESPACES", "").split(",") if e]
 
 
 class OperatorProcess:
