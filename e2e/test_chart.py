@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import testbed.cluster
-from testbed.kube import CHART, ROOT, SAMPLES, helm, wait_ready
+from testbed.kube import CHART, CRD_FILE, GATEWAY_CRD_FILE, ROOT, SAMPLES, helm, wait_ready
 from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
 
@@ -264,8 +264,7 @@ def chart(kubectl: Kubectl, cluster: Path) -> Iterator[None]:
     # release, as Helm documents: its ownership label and annotations.
     # Both CRDs: a module run before this one may have applied them (Helm refuses to take
     # over one without these).
-    for crd in ("crd/transcriptiondeployments.transcription.dev",
-                "crd/transcriptiongateways.transcription.dev"):  # fmt: skip
+    for crd in (f"crd/{f.stem}" for f in (CRD_FILE, GATEWAY_CRD_FILE)):
         if kubectl.run("get", crd, check=False).returncode == 0:
             kubectl("label", "--overwrite", crd, "app.kubernetes.io/managed-by=Helm")
             kubectl("annotate", "--overwrite", crd, f"meta.helm.sh/release-name={RELEASE}",

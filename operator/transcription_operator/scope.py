@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 GLOB = re.compile(r"[*?\[]")
@@ -62,14 +63,19 @@ class Scope:
         """What to list: each named namespace, or (None,) for all of them at once."""
         return (None,) if self.cluster_wide else self.specs
 
+    @cached_property
+    def _positive(self) -> tuple[str, ...]:
+        return tuple(s for s in self.specs if not s.startswith("!"))
+
+    @cached_property
+    def _negative(self) -> tuple[str, ...]:
+        return tuple(s[1:] for s in self.specs if s.startswith("!"))
+
     def admits(self, namespace: str) -> bool:
-        if not self.specs:
-            return True
-        positive = [s for s in self.specs if not s.startswith("!")]
-        negative = [s[1:] for s in self.specs if s.startswith("!")]
-        if positive and not any(fnmatch.fnmatchcase(namespace, p) for p in positive):
+        """Asked of every watch event: the entries are split once, not per call."""
+        if self._positive and not any(fnmatch.fnmatchcase(namespace, p) for p in self._positive):
             return False
-        return not any(fnmatch.fnmatchcase(namespace, n) for n in negative)
+        return not any(fnmatch.fnmatchcase(namespace, n) for n in self._negative)
 
     def admits_object(self, obj: dict[str, Any]) -> bool:
         """A namespaced object by its namespace; a Namespace by its name."""
