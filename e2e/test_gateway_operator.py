@@ -29,11 +29,14 @@ from testbed import images
 from testbed.kube import condition, create_namespace, wait_for
 from testbed.kubectl import Kubectl
 from testbed.operators import operator_in_cluster
+from testkit.scrape import pods_metric
 from transcription_api.routes import ROUTES_KEY, Routes
 
 GW = "gw"
 LABELS = {"transcription.dev/gateway": "e2e"}
-QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "30"))
+# The operator resyncs every RESYNC seconds: the quiet period spans two resyncs.
+RESYNC = 5.0
+QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "12"))
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Namespaces:
     kubectl: Kubectl
     here: str  # the gateway's
     there: str  # another one the operator watches
+    system: str  # the operator's
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +56,12 @@ def watched(
     for ns in (here, there):
         kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     try:
-        with operator_in_cluster(kubectl, cluster, "gateway-operator", (here, there)):
-            yield Namespaces(kubectl, here, there)
+        resync = ("--set", f"resyncPeriod={RESYNC:g}s")
+        with operator_in_cluster(kubectl, cluster, "gateway-operator", (here, there), resync) as (
+            system,
+            _,
+        ):
+            yield Namespaces(kubectl, here, there, system)
     finally:
         for ns in (here, there):
             kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
@@ -130,6 +138,13 @@ def events(kubectl: Kubectl, ns: str, reason: str) -> list[str]:
     return sorted(e["involvedObject"]["name"] for e in items)
 
 
+def resyncs(kubectl: Kubectl, system: str) -> float:
+    """The reconciles the operator's replicas' resyncs asked for (two resources: 2 each)."""
+    pods = kubectl.json("get", "pods", "-n", system)["items"]
+    counts = pods_metric(pods, "transcription_operator_enqueued_total", "by")
+    return counts.get(("resync",), 0.0)
+
+
 def versions(kubectl: Kubectl, ns: str) -> dict[str, str]:
     """The resourceVersion of every resource and child of the namespace."""
     kinds = ("tgw,tdeploy,deployments,services,configmaps,serviceaccounts,roles,rolebindings,"
@@ -174,11 +189,12 @@ def test_a_gateway_routes_two_deployments_and_names_a_conflict(watched: Namespac
     assert header.split() == ["NAME", "READY", "REASON", "DEPLOYMENTS", "ENDPOINT", "AGE"]
     assert row.split()[:4] == [GW, "True", "Ready", "2/2"]
 
-    # A quiet period: the operator writes nothing.
+    # A quiet period: the operator resyncs and writes nothing.
     time.sleep(3)
-    before = versions(k, ns)
+    before, resynced = versions(k, ns), resyncs(k, watched.system)
     time.sleep(QUIET_SECONDS)
     assert versions(k, ns) == before
+    assert resyncs(k, watched.system) - resynced >= 2 * 2, "no resync in the quiet period"
 
     # A third deployment claims alias `a`: refused, named in all three statuses.
     k.apply(deployment("tiny-c", ("a",), pools=[{"name": "cpu", "replicas": 0}],

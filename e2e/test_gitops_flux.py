@@ -50,7 +50,7 @@ from transcription_api.findings import translation_message
 
 NAME = "whisper-cpu"
 MODEL = "whisper-tiny.en"
-DEADLINE = 30  # the stuck rollout's progressDeadlineSeconds
+DEADLINE = 20  # the stuck rollout's progressDeadlineSeconds
 REPO = "fleet"
 KUSTOMIZATION = "whisper"
 

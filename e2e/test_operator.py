@@ -23,7 +23,10 @@ from transcription_operator.kinds import CHILDREN
 
 GPU_NODES = {n["name"] for n in testbed.cluster.NODES if n["gpus"]}
 CPU_NODES = {n["name"] for n in testbed.cluster.NODES if not n["gpus"]}
-QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "60"))
+# The quiet window spans two of the operator's resyncs (every resource reconciled again from
+# its cache): the periodic work is in it, not only the absence of events.
+RESYNC = 10.0
+QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "25"))
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -262,24 +265,31 @@ def test_uncovered_traffic_is_degraded_naming_the_capability(
     assert "no pool can serve chat: missing chat" in c["message"]
 
 
-def test_quiet_minute_makes_no_writes_and_restart_changes_nothing(
+def test_quiet_period_with_resyncs_makes_no_writes_and_restart_changes_nothing(
     kubectl: Kubectl, namespace: str, operator: OperatorProcess, cluster: Path, tmp_path: Path
 ) -> None:
     """Measured on an operator watching only this namespace (also the namespaced mode),
-    so that other tests' namespaces being torn down do not count."""
+    so that other tests' namespaces being torn down do not count; it resyncs every
+    RESYNC seconds, and the resyncs in the quiet window reconcile and write nothing."""
     operator.stop()
-    first = OperatorProcess(cluster, tmp_path / "first.log", ["--namespace", namespace])
+    args = ["--namespace", namespace, "--resync-period", f"{RESYNC:g}s"]
+    first = OperatorProcess(cluster, tmp_path / "first.log", args)
     first.start()
+    resyncs = 'transcription_operator_enqueued_total{by="resync"}'
+    unchanged = 'transcription_operator_reconciles_total{result="unchanged"}'
     try:
         kubectl.apply(SAMPLES["auto-split"], namespace)
         wait_ready(kubectl, namespace, "whisper-split")
         time.sleep(3)  # let the last status write and its watch event settle
         before = versions(kubectl, namespace, "whisper-split")
-        writes = first.writes()
+        writes, m = first.writes(), first.metrics()
         assert writes > 0
         time.sleep(QUIET_SECONDS)
+        after = first.metrics()
         assert first.writes() == writes, "the operator wrote during a quiet period"
         assert versions(kubectl, namespace, "whisper-split") == before
+        assert after.get(resyncs, 0) - m.get(resyncs, 0) >= QUIET_SECONDS // RESYNC, after
+        assert after.get(unchanged, 0) > m.get(unchanged, 0), "the resyncs reconciled nothing"
         first.stop()
 
         # A new operator process (a restart) converges without touching anything.

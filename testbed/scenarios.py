@@ -426,7 +426,7 @@ def operator_leader_killed(s: Scaling) -> Result:
     return result
 
 
-DEADLINE = 30  # the pool's progressDeadlineSeconds in stuck_rollout: short, to see it pass
+DEADLINE = 20  # the pool's progressDeadlineSeconds in stuck_rollout: short, to see it pass
 FILLER = "node-filler"
 
 

@@ -16,6 +16,7 @@ from testkit.operator import RecordingKube
 from transcription_api.v1alpha1 import API_VERSION, KIND
 from transcription_operator import handlers, manager, metrics
 from transcription_operator.leader import ElectionConfig
+from transcription_operator.main import parse_args
 from transcription_operator.names import MANAGED_BY_LABEL, PART_OF
 from transcription_operator.reconciler import Result
 from transcription_operator.scope import Scope
@@ -226,6 +227,63 @@ def test_a_child_deleted_while_the_watches_were_away_is_reconciled_after_they_re
         await asyncio.gather(relister, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_the_resync_period_reconciles_every_cached_resource_from_the_cache() -> None:
+    """Every `resync_seconds` (`--resync-period`) each cached resource is queued again, as
+    "resync" (the reconciles read the cache: nothing is written when nothing drifted)."""
+
+    async def main() -> None:
+        rt = manager.Runtime()
+        rt.resync_seconds = 0.1
+        for name in ("a", "b"):
+            rt.remember(
+                KIND,
+                API_VERSION,
+                "ADDED",
+                {**td(name), "metadata": {**td(name)["metadata"], "uid": name}},
+            )
+        kube = RecordingKube()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(manager, "RUNTIME", rt)
+            before = metrics.ENQUEUED.labels(by="resync")._value.get()
+            relister = asyncio.create_task(manager._relister(kube))
+            keys = {await asyncio.wait_for(rt.queue.get(), 1) for _ in range(2)}
+            relister.cancel()
+            await asyncio.gather(relister, return_exceptions=True)
+        assert keys == {(KIND, "ns", "a"), (KIND, "ns", "b")}
+        assert metrics.ENQUEUED.labels(by="resync")._value.get() >= before + 2
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "seconds"),
+    [([], {}, 300.0), (["--resync-period=30s"], {}, 30.0), ([], {"RESYNC_PERIOD": "1m"}, 60.0)],
+)
+def test_the_resync_period_flag_takes_a_duration(
+    argv: list[str], env: dict[str, str], seconds: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RESYNC_PERIOD", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert parse_args(argv).resync_period == seconds
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--resync-period=0s"], "'0s' is not a positive duration: use e.g. 5m"),
+        (["--resync-period=often"], "invalid duration 'often'"),
+    ],
+)
+def test_a_bad_resync_period_exits_with_a_clear_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_a_patterned_scope_keeps_only_the_namespaces_it_admits(

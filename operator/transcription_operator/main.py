@@ -56,6 +56,13 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def positive_duration(text: str) -> float:
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration: use e.g. 5m")
+    return seconds
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="transcription-operator", description=__doc__)
     p.add_argument(
@@ -71,6 +78,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port")
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     env = os.environ.get
+    p.add_argument(
+        "--resync-period", type=positive_duration, metavar="DURATION",
+        default=env("RESYNC_PERIOD", f"{manager.RESYNC_SECONDS:g}s"),
+        help="how often every resource is reconciled again from the cache, with no request "
+        "when nothing drifted (RESYNC_PERIOD; default 300s)",
+    )  # fmt: skip
     le = p.add_argument_group(
         "leader election", "a coordination.k8s.io/v1 Lease; each flag's default is its env var"
     )
@@ -153,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     manager.RUNTIME.kubeconfig = args.kubeconfig
     scope: Scope = args.scope
     manager.RUNTIME.scope = scope
+    manager.RUNTIME.resync_seconds = args.resync_period
     if scope.cluster_wide:
         handlers.watch_namespaces()
     manager.RUNTIME.election_config = args.election

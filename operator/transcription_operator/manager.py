@@ -71,6 +71,7 @@ class Runtime:
         self.idle = asyncio.Event()  # set while no reconcile is in flight
         self.idle.set()
         self.relist_wanted = asyncio.Event()  # kopf listed objects: a watch (re)started
+        self.resync_seconds = RESYNC_SECONDS  # `--resync-period`
 
     def may_reconcile(self) -> bool:
         return self.election is None or self.election.is_leading()
@@ -345,11 +346,11 @@ def relist(kube: Kube, scope: Scope) -> set[Key]:
 async def _relister(kube: Kube) -> None:
     """Relist once kopf's burst of (re)listings is over, so that a child deleted while a
     watch was away (an API server restart) is forgotten and applied again. Every
-    RESYNC_SECONDS, reconcile every resource from the cache, as informers resync: no
-    request at steady state."""
+    `RUNTIME.resync_seconds` (`--resync-period`), reconcile every resource from the cache,
+    as informers resync: no request at steady state."""
     while True:
         try:
-            await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RESYNC_SECONDS)
+            await asyncio.wait_for(RUNTIME.relist_wanted.wait(), RUNTIME.resync_seconds)
         except TimeoutError:
             for key in RUNTIME.resource_keys():
                 RUNTIME.enqueue(key, "resync")
