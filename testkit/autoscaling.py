@@ -8,9 +8,10 @@ through `parse_upload`'s hook) and the decode meters (`transcription_frontend.wo
 load report and the scaler's metric (`transcription_frontend.load`). Around it the model
 plays:
 - the clients: each sends a request of `audio_seconds`, whose upload takes `upload` seconds
-  and its parsing `parse`, waits for the answer, and sends the next;
+  and its parsing `parse`, waits for the answer, and sends the next `think` seconds later;
 - the workers: one request at a time each (a sequential pool), `decode` seconds each, first
-  come first served;
+  come first served; or (`batch`) every request waiting when a batch starts, together in
+  `decode` seconds (a continuous pool: the clients' answers come together);
 - the HPA: every `sync` seconds it reads the metric; desired = ceil(value / target) (an
   external metric's AverageValue), unless value / (target x current) is within `tolerance`
   of 1; it scales up at once, down to the highest count desired over the last
@@ -52,6 +53,9 @@ class Signal(StrEnum):
     # The same, but a request's audio counted only once its upload has been parsed: what
     # counting from the header, during the upload, buys.
     AUDIO_AFTER_UPLOAD = "audio-seconds, counted after the upload"
+    # The audio now, without its recent average (before issue 36): a batching pool's
+    # clients, between their answers and their next requests, leave it at nothing.
+    AUDIO_NOW = "audio-seconds now / decode rate"
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,10 @@ class Clients:
     audio_seconds: float = 4.0
     upload: float = 2.0  # seconds the upload takes to arrive
     parse: float = 1.0  # seconds the frontend takes to parse it (a busy node)
-    decode: float = 1.5  # seconds a worker takes for one request
+    decode: float = 1.5  # seconds a worker takes for one request (for a batch: `batch`)
+    think: float = 0.0  # seconds between an answer and the client's next request
+    batch: bool = False  # workers decode every request waiting together
+    stagger: float = 0.7  # seconds between the clients' first requests
 
 
 @dataclass(frozen=True)
@@ -112,10 +119,11 @@ class _Model:
         pool = PoolRoute(name=POOL, engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL,
                          service="svc-seq")  # fmt: skip
         self.router = Router(RouteTable(model="m", pools=[pool]))
-        self.work = Work(clock=lambda: self.now)
+        self.work = Work(clock=lambda: self.now, smooth=0 if signal == Signal.AUDIO_NOW else None)
         self.load = Load(self.router, Holds(self.router), Sessions(FrontendLimits()), self.work)
         self.file = tone_wav(clients.audio_seconds)
         self.queues: dict[str, deque[Ticket]] = {}  # each worker's requests, the first decoding
+        self.decoding: dict[str, int] = {}  # how many of its first requests it decodes now
         self.sent: dict[Ticket, float] = {}  # when each request's upload began
         self.ready: list[str] = []  # taking requests
         self.starting: list[str] = []  # asked for, not ready yet
@@ -129,7 +137,7 @@ class _Model:
     def simulate(self, seconds: float) -> Run:
         self.scale_to(self.hpa.min_replicas, at_once=True)
         for i in range(self.clients.count):  # staggered, as clients that start together drift
-            self.at(i * 0.7, self.send)
+            self.at(i * self.clients.stagger, self.send)
         self.at(self.hpa.sync, self.sync)
         while self._events and self._events[0][0] <= seconds:
             self.now, _, event = heapq.heappop(self._events)
@@ -155,20 +163,25 @@ class _Model:
         assert url is not None, "the model keeps one replica at least"
         self.router.acquire(url, POOL)
         self.work.started(ticket, POOL, url, None)
-        queue = self.queues[url]
-        queue.append(ticket)
-        if len(queue) == 1:
-            self.at(self.clients.decode, lambda: self.answered(url))
+        self.queues[url].append(ticket)
+        if not self.decoding.get(url):
+            self.decode(url)
+
+    def decode(self, url: str) -> None:
+        """The worker starts on its first request, or (`batch`) on all it has."""
+        self.decoding[url] = len(self.queues[url]) if self.clients.batch else 1
+        self.at(self.clients.decode, lambda: self.answered(url))
 
     def answered(self, url: str) -> None:
-        ticket = self.queues[url].popleft()
-        self.router.release(url, POOL)
-        self.work.ended(ticket, answered=True)
-        ticket.close()
-        self.run.latencies.append(self.now - self.sent.pop(ticket))
+        for _ in range(self.decoding.pop(url)):
+            ticket = self.queues[url].popleft()
+            self.router.release(url, POOL)
+            self.work.ended(ticket, answered=True)
+            ticket.close()
+            self.run.latencies.append(self.now - self.sent.pop(ticket))
+            self.at(self.clients.think, self.send)  # the client's next request
         if self.queues[url]:
-            self.at(self.clients.decode, lambda: self.answered(url))
-        self.send()  # the client's next request
+            self.decode(url)
 
     # ------------------------------------------------------------------ the HPA
 

@@ -309,7 +309,11 @@ def two_frontends(slow: tuple[Running, Behaviour]) -> Iterator[tuple[Frontend, F
 def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
     two_frontends: tuple[Frontend, Frontend], slow: tuple[Running, Behaviour]
 ) -> None:
+    """(The level's average, `work.SMOOTH_SECONDS`, is shortened to 0.2 s here: gone 1 s
+    after the last answer.)"""
     a, b = two_frontends
+    for fe in (a, b):
+        fe.gateway.work.smooth = 0.2
     scalers = [Scaler(fe.gateway.settings.scaler_port or 0) for fe in (a, b)]
     spec = scalers[0].get_metric_spec(ref(target="2.5"), timeout=5)
     assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in spec.metricSpecs] == [
@@ -419,6 +423,7 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
         pool("words", [slow[0].url], engine=Engine.FASTER_WHISPER, mode=Mode.SEQUENTIAL),
     ])  # fmt: skip
     fe = Frontend(table, scaler_port=free_port(), host="127.0.0.1")
+    fe.gateway.work.smooth = 0.2  # the level's average: gone 1 s after the answer
     try:
         s = Scaler(fe.gateway.settings.scaler_port or 0)
         with concurrent.futures.ThreadPoolExecutor(1) as ex:
@@ -436,7 +441,7 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
             # Without a rate in the trigger, the engine's default: vLLM continuous, 20.
             assert s.value(ref(rate=None)) == pytest.approx(3 / 20)
             assert served.result(timeout=10).status_code == 200
-        assert s.value(ref()) == 0
+        wait_until(lambda: s.value(ref()) == 0, timeout=3, what="the level to fade")
     finally:
         fe.running.stop()
 

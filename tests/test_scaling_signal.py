@@ -52,3 +52,20 @@ def test_the_audio_signal_is_steady_at_any_decode_speed(decode: float) -> None:
     count holds still."""
     run = simulate(Signal.AUDIO, Clients(decode=decode), Hpa(max_replicas=4), seconds=600)
     assert len(set(run.after(120))) == 1, run.replicas
+
+
+def test_a_batching_pools_gaps_between_answers_are_bridged_by_the_levels_average() -> None:
+    """Issue 36's e2e flapping: four clients of a continuous pool get their answers
+    together and send their next requests seconds later, so the audio now is nothing for
+    most of each cycle. Read at those moments twice within the scale-down window, it removes
+    the replica the load needs; the level (the recent average when higher) holds the pool
+    at two replicas from the first reading on."""
+    clients = Clients(count=4, audio_seconds=3.4, upload=0.1, parse=0.1, decode=0.6, think=4.0,
+                      batch=True, stagger=0.0)  # fmt: skip
+    hpa = Hpa(target_queue_seconds=0.1, default_rate=4, ready_after=60)
+    now = simulate(Signal.AUDIO_NOW, clients, hpa, seconds=600)
+    assert now.changes >= 4 and set(now.after(60)) == {1, 2}, now.replicas
+    assert 0 in now.values
+    level = simulate(Signal.AUDIO, clients, hpa, seconds=600)
+    assert level.changes == 0 and set(level.replicas) == {2}, level.replicas
+    assert min(level.values) > hpa.target_queue_seconds  # two replicas' worth, always

@@ -15,9 +15,11 @@ from testkit.audio import tone_wav
 from transcription_api.errors import APIError
 from transcription_api.multipart import FILE_HEAD, parse_upload
 from transcription_frontend.work import (
+    FADE,
     FORGET_SECONDS,
     MIN_SECONDS,
     PRIOR_SECONDS,
+    SMOOTH_SECONDS,
     SPILLED,
     TAU,
     Stage,
@@ -68,6 +70,38 @@ def test_a_request_counts_for_its_pool_from_its_length_to_its_answer() -> None:
         "transcription_frontend_backlog_audio_seconds", {"pool": "batch", "stage": "spilled"}
     )
     assert gauge == 0
+
+
+def test_the_level_is_the_audio_now_or_its_recent_average_when_higher() -> None:
+    """What the autoscaler reads: a burst at once, a gap between batches bridged by the
+    average, and nothing a few SMOOTH_SECONDS after the audio ended."""
+    clock = Clock()
+    work = Work(clock)
+    assert work.level("batch") == 0
+    first = at_worker(work, 4.0)
+    assert work.level("batch") == 4.0  # at once: the level now, the average still rising
+    clock.now += 2 * SMOOTH_SECONDS
+    held = 4.0 * (1 - math.exp(-2))  # the average after 2 time constants at 4
+    assert work.level("batch") == 4.0
+    work.ended(first, answered=True)
+    first.close()
+    assert work.level("batch") == pytest.approx(held)  # the batch answered: a gap
+    clock.now += 1.0
+    assert work.level("batch") == pytest.approx(held * math.exp(-1 / SMOOTH_SECONDS))
+    second = at_worker(work, 3.0)  # the client's next request, a second later
+    assert work.level("batch") == 3.0
+    work.ended(second, answered=True)
+    second.close()
+    clock.now += FADE * SMOOTH_SECONDS - 0.1
+    assert 0 < work.level("batch") < 0.01 * held
+    clock.now += 0.1
+    assert work.level("batch") == 0  # exactly: the load has ended
+    assert Work(clock, smooth=0).level("batch") == 0
+    instant = Work(clock, smooth=0)
+    t = at_worker(instant, 2.0)
+    instant.ended(t, answered=True)
+    t.close()
+    assert instant.level("batch") == 0  # without an average: the level now
 
 
 def test_short_or_silent_requests_count_a_second_and_a_closed_ticket_nothing() -> None:

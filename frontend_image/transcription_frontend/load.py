@@ -10,7 +10,8 @@ endpoints of its Service, from discovery) report at `GET /internal/load`:
 
     {"instance": "3f2a...", "pools": {"batch": {"in_flight": 2, "held": 1, "spilled": 0,
         "sessions": 1, "audio": {"arriving": 3.1, "queued": 12.0, "in_flight": 20.5,
-        "spilled": 0.0}, "decoding": {"decoded": 512.0, "busy": 81.2, "window": 119.5}}}}
+        "spilled": 0.0}, "level": 35.6, "decoding": {"decoded": 512.0, "busy": 81.2,
+        "window": 119.5}}}}
 
 `spilled` counts requests in flight at a fallback pool because this pool, which they
 prefer, had no ready worker: without it, a continuous pool at zero whose traffic a
@@ -88,6 +89,11 @@ class PoolLoad(BaseModel):
     audio: AudioLoad = Field(
         default_factory=AudioLoad, description="Audio seconds counted for the pool."
     )
+    level: float = Field(
+        default=0.0, ge=0,
+        description="The audio seconds the autoscaler reads: `audio`'s total or, when "
+        "higher, its average over the last moments (work.py).",
+    )  # fmt: skip
     decoding: DecodeSample = Field(
         default_factory=DecodeSample, description="The pool's decode rate, as measured here."
     )
@@ -115,11 +121,12 @@ def work_seconds(
     reports: list[LoadReport], pool: str, target_queue_seconds: float, default_rate: float
 ) -> float:
     """The pool's work, in seconds of one replica's decoding: the audio counted for it on
-    every replica, plus `target_queue_seconds` of audio for each open realtime session (one
-    brings at most a second of audio a second: what it can bring while the pool drains its
-    queue), over the decode rate measured on every replica (`default_rate` until then)."""
+    every replica (its level: the average of the last moments when higher than now), plus
+    `target_queue_seconds` of audio for each open realtime session (one brings at most a
+    second of audio a second: what it can bring while the pool drains its queue), over the
+    decode rate measured on every replica (`default_rate` until then)."""
     mine = [r.pools[pool] for r in reports if pool in r.pools]
-    audio = sum(p.audio.total + p.sessions * target_queue_seconds for p in mine)
+    audio = sum(max(p.audio.total, p.level) + p.sessions * target_queue_seconds for p in mine)
     return audio / decode_rate([p.decoding for p in mine], default_rate)
 
 
@@ -197,6 +204,7 @@ class Load:
                     spilled=self.router.pool_spilled(p.name),
                     sessions=self.sessions.count(p.name),
                     audio=self.audio(p.name),
+                    level=self.work.level(p.name),
                     decoding=self.work.sample(p.name),
                 )
                 for p in self.router.catalog.pools

@@ -11,10 +11,11 @@ A ScaledObject per pool points its `external-push` trigger at the frontend Servi
 
 - GetMetricSpec: one metric, `pool-<pool>`, whose target is `targetQueueSeconds`.
 - GetMetrics: its value, the pool's work in seconds of one replica's decoding: the audio
-  arriving, queued and in flight for it (spilled included), over its decode rate, on every
-  frontend replica (`load.work_seconds`). KEDA's target is fixed when it reads the spec,
-  so the measured rate divides the value: value / target = audio / (rate x target), the
-  replicas that drain the pool's audio in `targetQueueSeconds`.
+  arriving, queued and in flight for it (spilled included; its recent average when higher,
+  so that the gaps between a batching pool's answers do not read as idleness), over its
+  decode rate, on every frontend replica (`load.work_seconds`). KEDA's target is fixed
+  when it reads the spec, so the measured rate divides the value: value / target = audio /
+  (rate x target), the replicas that drain the pool's audio in `targetQueueSeconds`.
 - IsActive: a request waits for the pool or is at its workers (or at a fallback's in its
   place), or a realtime session uses it (`load.total` > 0).
 - StreamIsActive: the same, pushed: at once when a request starts being held here (so a

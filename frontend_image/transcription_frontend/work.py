@@ -26,6 +26,16 @@ least one of this replica's requests, both as sums that decay with time constant
 among the requests in flight (each gets its part of every moment: a second with four in
 flight is a quarter second each) and added when each request ends, with its audio: a request
 still running weighs nothing yet, so a long one does not lower the rate while it runs.
+
+The level the autoscaler reads: a pool's audio now (every stage), or, when higher, its
+time-weighted average over the last moments (an exponentially weighted moving average in
+continuous time, time constant `SMOOTH_SECONDS`, brought up to date at each change). Clients
+of a batching pool get their answers together and send their next requests a moment later:
+the pool's audio drops to nothing between batches although the load is steady, and an HPA
+that reads the metric in such a gap, twice within its scale-down window, removes a replica
+the load needs (issue 36's e2e run: a vLLM replica removed 30 s into its start). The
+average bridges the gaps; the level now still scales up at once on a burst; when the load
+really ends the average is gone within a few `SMOOTH_SECONDS`.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ TAU = 120.0  # seconds: the decode rate's memory
 PRIOR_SECONDS = 10.0
 # A meter idle this long weighs nothing any more (e^-10): forgotten.
 FORGET_SECONDS = 10 * TAU
+SMOOTH_SECONDS = 5.0  # the autoscaler's level: the memory of its average
+FADE = 5  # an average this many SMOOTH_SECONDS after the audio ended is 0 (e^-5 left)
 
 
 class Stage(StrEnum):
@@ -57,6 +69,7 @@ class Stage(StrEnum):
 
 
 SPILLED = "spilled"  # the audio in flight elsewhere that this pool would have served first
+STAGES = (*Stage, SPILLED)
 
 
 class DecodeSample(BaseModel):
@@ -129,6 +142,26 @@ class Meter:
         return DecodeSample(decoded=self.decoded * f, busy=self.busy * f, window=window)
 
 
+@dataclass
+class Level:
+    """A pool's audio seconds (every stage) now, and their time-weighted average."""
+
+    smooth: float  # the average's time constant (0: the level now)
+    at: float  # when `average` was last brought up to date
+    now: float = 0.0
+    average: float = 0.0
+
+    def set(self, at: float, value: float) -> None:
+        self.average = self.averaged(at)
+        self.at, self.now = at, value
+
+    def averaged(self, at: float) -> float:
+        """The average at `at`, the level having held since the last change."""
+        if self.smooth <= 0 or (not self.now and at - self.at >= FADE * self.smooth):
+            return self.now
+        return self.now + (self.average - self.now) * math.exp(-(at - self.at) / self.smooth)
+
+
 class Ticket:
     """One request's audio, counted for one pool at one stage until `close`."""
 
@@ -182,10 +215,14 @@ class Ticket:
 class Work:
     """The audio this replica counts for each pool, and its workers' meters."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, smooth: float | None = None
+    ) -> None:
         self.clock = clock
+        self.smooth = SMOOTH_SECONDS if smooth is None else smooth
         self._seconds: dict[tuple[str, str], float] = defaultdict(float)
         self._tickets: dict[tuple[str, str], int] = defaultdict(int)
+        self._levels: dict[str, Level] = {}  # by pool
         self._meters: dict[str, Meter] = {}  # by endpoint URL
 
     def ticket(self) -> Ticket:
@@ -207,6 +244,14 @@ class Work:
         ticket.spilled_from = spilled_from
         self._add(ticket, 1)
 
+    def level(self, pool: str) -> float:
+        """The audio seconds the autoscaler reads for `pool`: those counted now or, when
+        higher, their average over the last moments (`SMOOTH_SECONDS`)."""
+        level = self._levels.get(pool)
+        if level is None:
+            return 0.0
+        return max(level.now, level.averaged(self.clock()))
+
     def _add(self, ticket: Ticket, sign: int) -> None:
         for key in ticket.counted():
             self._tickets[key] += sign
@@ -214,6 +259,11 @@ class Work:
             left = self._seconds[key] + sign * ticket.seconds
             self._seconds[key] = left if self._tickets[key] else 0.0
             metrics.BACKLOG.labels(pool=key[0], stage=key[1]).set(self._seconds[key])
+            pool = key[0]
+            level = self._levels.get(pool)
+            if level is None:
+                level = self._levels[pool] = Level(self.smooth, at=self.clock())
+            level.set(self.clock(), sum(self.seconds(pool, stage) for stage in STAGES))
 
     # ------------------------------------------------------------------ decode rate
 
