@@ -25,8 +25,8 @@ GPU_NODES = {n["name"] for n in testbed.cluster.NODES if n["gpus"]}
 CPU_NODES = {n["name"] for n in testbed.cluster.NODES if not n["gpus"]}
 # The quiet window spans two of the operator's resyncs (every resource reconciled again from
 # its cache): the periodic work is in it, not only the absence of events.
-RESYNC = 10.0
-QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "25"))
+RESYNC = 5.0
+QUIET_SECONDS = float(os.environ.get("QUIET_SECONDS", "12"))
 
 pytestmark = pytest.mark.usefixtures("operator")
 
