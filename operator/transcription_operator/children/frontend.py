@@ -111,6 +111,9 @@ def frontend_deployment(owner: Fronted, cfg: OperatorConfig, scaler: bool = Fals
         "ports": ports,
         "resources": resource_requirements(fe.resources),
         "volumeMounts": mounts,
+        # Every second until it answers, then readiness at once (the kubelet probes it the
+        # moment the startup probe passes) and every 5 s.
+        "startupProbe": probe("/health", 1, 120),
         "readinessProbe": probe("/ready", 5, 2),
         "livenessProbe": probe("/health", 10, 3),
         "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
