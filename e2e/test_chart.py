@@ -83,6 +83,7 @@ def test_default_render_runs_a_leader_and_a_hot_standby() -> None:
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     assert c["args"][2:] == [
+        "--resync-period=5m",
         "--leader-elect=true",
         f"--leader-elect-resource-name={RELEASE}",
         "--leader-elect-lease-duration=15s",
@@ -230,6 +231,7 @@ def test_optional_service_monitor_and_dashboard() -> None:
         ("leaderElection.bogus=1", "bogus"),
         ("bogus=1", "bogus"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("resyncPeriod=often", "resyncPeriod"),  # a Go duration: 5m
     ],
 )
 def test_values_schema_rejects_bad_values(value: str, message: str) -> None:
