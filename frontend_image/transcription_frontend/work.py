@@ -253,17 +253,18 @@ class Work:
         return max(level.now, level.averaged(self.clock()))
 
     def _add(self, ticket: Ticket, sign: int) -> None:
-        for key in ticket.counted():
+        now = self.clock()
+        for pool, stage in ticket.counted():
+            key = (pool, stage)
             self._tickets[key] += sign
             # Exactly 0 once nothing counts: no rounding left behind.
             left = self._seconds[key] + sign * ticket.seconds
             self._seconds[key] = left if self._tickets[key] else 0.0
-            metrics.BACKLOG.labels(pool=key[0], stage=key[1]).set(self._seconds[key])
-            pool = key[0]
+            metrics.BACKLOG.labels(pool=pool, stage=stage).set(self._seconds[key])
             level = self._levels.get(pool)
             if level is None:
-                level = self._levels[pool] = Level(self.smooth, at=self.clock())
-            level.set(self.clock(), sum(self.seconds(pool, stage) for stage in STAGES))
+                level = self._levels[pool] = Level(self.smooth, at=now)
+            level.set(now, sum(self.seconds(pool, s) for s in STAGES))
 
     # ------------------------------------------------------------------ decode rate
 
