@@ -254,8 +254,9 @@ def test_another_namespace_is_routed_only_with_its_consent(watched: Namespaces) 
     assert f"{here}/edge" in g["message"] and "spec.allowedGateways" in g["message"]
     ready = condition(get(k, "tdeploy", there, "far"), "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "NotRouted")
-    edge = get(k, "tgw", here, "edge")
-    assert condition(edge, "Degraded")["reason"] == "NotPermitted"
+    # The gateway's own reconcile writes its status, apart from far's: wait for it too.
+    wait_for(lambda: condition(get(k, "tgw", here, "edge"), "Degraded").get("reason")
+             == "NotPermitted", timeout=60, what="edge's status to say NotPermitted")  # fmt: skip
     assert k.run("get", "rolebinding", "far-gateways", "-n", there, check=False).returncode != 0
 
     consenting = copy.deepcopy(alone)
