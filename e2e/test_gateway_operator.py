@@ -271,9 +271,13 @@ def test_another_namespace_is_routed_only_with_its_consent(watched: Namespaces) 
     )  # fmt: skip
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "edge-frontend",
                                     "namespace": here}]  # fmt: skip
-    pools = [p.name for t in Routes.model_validate_json(
-        get(k, "configmap", here, "edge-routes")["data"][ROUTES_KEY]).deployments for p in t.pools]  # fmt: skip
-    assert f"{there}/far/cpu" in pools
+
+    def pools() -> list[str]:
+        table = get(k, "configmap", here, "edge-routes")["data"][ROUTES_KEY]
+        return [p.name for t in Routes.model_validate_json(table).deployments for p in t.pools]
+
+    # The route table is the gateway's child, written by its reconcile, not far's.
+    wait_for(lambda: f"{there}/far/cpu" in pools(), timeout=60, what="edge's routes to hold far")
 
     # Namespaces by label: a namespaced operator may not read namespaces, and says so.
     by_label = copy.deepcopy(everywhere)
