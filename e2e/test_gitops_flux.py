@@ -375,8 +375,14 @@ def test_flux_reads_a_gateways_health_through_kstatus(
             lambda s: at(s.revision, sha) and s.ready.get("status") == "False",
             timeout=120, what="the Kustomization to fail the gateway that selects nothing",
         )  # fmt: skip
-        stalled = condition(gateway(), "Stalled")
-        assert (stalled["status"], stalled["reason"]) == ("True", "NoDeployments")
+
+        # The deployment's reconcile may have reached kstatus first: wait for the gateway's.
+        def stalled() -> tuple[str | None, str | None]:
+            c = condition(gateway(), "Stalled")
+            return c.get("status"), c.get("reason")
+
+        wait_for(lambda: stalled() == ("True", "NoDeployments"), timeout=60,
+                 what="the gateway to be Stalled (NoDeployments)")  # fmt: skip
         wait_for(
             lambda: condition(td_get(kubectl, ns, NAME), "Stalled").get("reason") == "NotRouted",
             timeout=60, what="the deployment nothing routes any more to be Stalled (NotRouted)",

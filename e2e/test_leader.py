@@ -259,6 +259,7 @@ def test_a_frozen_leader_is_replaced_and_reconciles_nothing_once_thawed(
     kubectl.apply(SAMPLES[SAMPLE], namespace)
     wait_ready(kubectl, namespace, NAME)
     assert leader.proc is not None
+    time.sleep(1)  # the reconcile that made it Ready posts its Events after the status
     writes = leader.writes()
     os.kill(leader.proc.pid, signal.SIGSTOP)
     frozen = time.monotonic()

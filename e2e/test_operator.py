@@ -236,10 +236,17 @@ def test_missing_secret_degrades_without_crashing(
     c = wait_for(degraded, timeout=30, what="Degraded")
     assert c["reason"] == "SecretNotFound"
     assert f"Secret {namespace}/api-keys does not exist" in c["message"]
-    events = kubectl.json(
-        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=whisper"
-    )
-    assert any(e["reason"] == "SecretNotFound" and e["type"] == "Warning" for e in events["items"])
+
+    def warned() -> bool:
+        events = kubectl.json(
+            "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=whisper"
+        )
+        return any(
+            e["reason"] == "SecretNotFound" and e["type"] == "Warning" for e in events["items"]
+        )
+
+    # The reconcile posts its Events after the status it patched: wait for them too.
+    wait_for(warned, timeout=30, what="a SecretNotFound Warning Event")
     # Fixing the spec heals it; the operator kept running.
     kubectl("create", "secret", "generic", "api-keys", "-n", namespace, "--from-literal=keys=k1")
     kubectl("annotate", "tdeploy", "whisper", "-n", namespace, "touch=1")  # any event re-checks now

@@ -308,10 +308,10 @@ def test_an_image_that_cannot_be_pulled(
     )  # the runtime's error
     assert condition(obj, "Degraded")["reason"] == "ImagePullBackOff"
     assert get_row(kubectl, real_namespace, "real")["REASON"] == "ImagePullBackOff"
-    posted = [
-        e for e in events(kubectl, real_namespace, "real") if e["reason"] == "ImagePullBackOff"
-    ]
-    assert [e["type"] for e in posted] == ["Warning"]
+    # The reconcile posts its Events after the status it patched: wait for them too.
+    wait_for(lambda: [e["type"] for e in events(kubectl, real_namespace, "real")
+                      if e["reason"] == "ImagePullBackOff"] == ["Warning"],
+             timeout=30, what="one ImagePullBackOff Warning Event")  # fmt: skip
 
 
 def test_a_worker_that_crash_loops_shows_its_last_words(
