@@ -366,6 +366,45 @@ def buildah(*args: str, capture: bool = False, check: bool = True) -> str:
     return proc.stdout or ""
 
 
+# A RUN step of a build can fail for a reason of the moment, not of the image: buildah's
+# chroot isolation runs each step through a copy of its own binary in a sealed memfd, and
+# the kernel refuses the seal (EBUSY) while a page of the copy is still pinned, which a
+# cold build on 2 busy cores met once ("Close_Fd sealing memfd copy: Device or resource
+# busy", in the vLLM image's install step). Such a failure is retried once: `--layers`
+# keeps every step built before it, so the retry starts at the failed step.
+TRANSIENT_BUILD = ("sealing memfd copy",)
+
+
+def _transient(stderr_tail: str) -> str | None:
+    """The marker of a transient builder failure that `stderr_tail` holds, if any."""
+    return next((m for m in TRANSIENT_BUILD if m in stderr_tail), None)
+
+
+def _build_once(args: list[str]) -> tuple[int, str]:
+    """`buildah build`, its standard error passed through as it comes; returns its exit
+    status and the last lines of its standard error."""
+    proc = subprocess.Popen([*_buildah_cmd(), *args], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    tail: list[str] = []
+    with proc.stderr:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            tail = [*tail[-49:], line]
+    return proc.wait(), "".join(tail)
+
+
+def build_retrying(*args: str) -> None:
+    """`buildah build ARGS`, once more if it failed for a transient reason (above)."""
+    for attempt in (1, 2):
+        code, tail = _build_once(["build", *args])
+        if not code:
+            return
+        marker = _transient(tail)
+        if marker is None or attempt == 2:
+            raise SystemExit(f"buildah build failed (exit {code}): (see above)")
+        say(f"buildah build failed for a transient reason ({marker!r}): retrying once")
+
+
 def _require(*tools: str) -> None:
     missing = [t for t in tools if not shutil.which(t)]
     if missing:
@@ -431,11 +470,11 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     # on (the Dockerfiles install their dependencies before they copy the source). A
     # Dockerfile's `build` stage is tagged too (built first, alone): untagged, its layers
     # (the dependencies' wheels) would leave the store with the prune after the build.
-    command = ["build", "--layers", "--isolation=chroot", "--network=host", "--pull=never",
+    command = ["--layers", "--isolation=chroot", "--network=host", "--pull=never",
                "-f", str(ROOT / image.dockerfile), *args]  # fmt: skip
     if BUILD_STAGE.search((ROOT / image.dockerfile).read_text()):
-        buildah(*command, "--target=build", "-t", build_stage_ref(image), str(context))
-    buildah(*command, "-t", ref(image), str(context))
+        build_retrying(*command, "--target=build", "-t", build_stage_ref(image), str(context))
+    build_retrying(*command, "-t", ref(image), str(context))
 
 
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:

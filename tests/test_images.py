@@ -300,3 +300,43 @@ def test_importing_an_on_demand_image_once_built_asks_for_it_once_and_keeps_the_
     assert sources[ti.ref(vllm)] == ["worker-vllm-cpu", "sha256:" + "1" * 64]  # lean: missing
     assert sources[ti.ref(ti.OPERATOR)] == ["operator"]  # present: never streamed
     assert keep == frozenset([ti.repository(transformers)])
+
+
+def _fake_builder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failures: list[str]) -> Path:
+    """A stand-in for `buildah` that fails once per message of `failures` (written to its
+    standard error, as the builder does), then succeeds; returns the file of its calls."""
+    calls = tmp_path / "calls"
+    script = (
+        'echo "$@" >> "$CALLS"; n=$(wc -l < "$CALLS"); set -- ' + shlex.join(failures) + "; "
+        'if [ "$n" -le "$#" ]; then eval "echo \\"\\${$n}\\"" >&2; exit 1; fi'
+    )
+    monkeypatch.setenv("CALLS", str(calls))
+    monkeypatch.setattr(ti, "_buildah_cmd", lambda: ["sh", "-c", script, "buildah"])
+    return calls
+
+
+def test_a_build_that_failed_for_a_transient_reason_is_retried_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    busy = "Close_Fd sealing memfd copy: Device or resource busy"
+    calls = _fake_builder(monkeypatch, tmp_path, [busy])
+    ti.build_retrying("-t", "x", ".")
+    assert calls.read_text().splitlines() == ["build -t x .", "build -t x ."]
+    err = capfd.readouterr().err
+    assert busy in err  # passed through as it came
+    assert "transient reason ('sealing memfd copy'): retrying once" in err
+
+
+@pytest.mark.parametrize(
+    "failures",
+    [["Error: building at STEP RUN pip install: exit status 1"],  # the image's own failure
+     ["sealing memfd copy: Device or resource busy"] * 2],  # transient, twice
+    ids=["not-transient", "transient-twice"],
+)  # fmt: skip
+def test_a_build_that_fails_for_another_reason_or_again_stops_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failures: list[str]
+) -> None:
+    calls = _fake_builder(monkeypatch, tmp_path, failures)
+    with pytest.raises(SystemExit, match=r"buildah build failed \(exit 1\)"):
+        ti.build_retrying("-t", "x", ".")
+    assert len(calls.read_text().splitlines()) == len(failures)
