@@ -39,7 +39,7 @@ from openai.types.audio import TranscriptionDiarized
 
 import testbed.cluster
 from testbed import images, weights
-from testbed.kube import td_get, wait_for
+from testbed.kube import td_get, wait_for, wait_served
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
 from testkit import conversations
@@ -504,16 +504,7 @@ def gateway_url(kubectl: Kubectl, namespace: str) -> Iterator[str]:
         status = kubectl.json("get", "transcriptiongateway", GATEWAY, "-n", namespace)["status"]
         routed = sorted(d["name"] for d in status["deployments"] if d["routed"])
         assert routed == sorted([NAME, FW]), status
-        url = kubectl.service_url(namespace, GATEWAY)
-
-        def answers() -> bool:  # Ready can come before kube-proxy has the Service's rules
-            try:
-                return httpx.get(f"{url}/health", timeout=5).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(answers, timeout=60, what="the gateway's Service answers")
-        yield url
+        yield wait_served(kubectl, namespace, GATEWAY)
     finally:
         kubectl.run("delete", "transcriptiongateway", GATEWAY, "-n", namespace, check=False)
         kubectl.run("delete", "tdeploy", FW, "-n", namespace, "--wait=false", check=False)

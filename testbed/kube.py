@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +81,24 @@ def condition(td: dict[str, Any], type_: str) -> dict[str, Any]:
         if c["type"] == type_:
             return dict(c)
     return {}
+
+
+def wait_served(kubectl: Kubectl, ns: str, name: str, timeout: float = 60) -> str:
+    """Wait until the Service `name` answers `/health` through its ClusterIP; return its URL.
+    A resource is Ready once its pods are; the Service routes to them once the EndpointSlice
+    controller and kube-proxy have caught up, a moment later (connection refused meanwhile).
+    """
+    url = kubectl.service_url(ns, name)
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:  # refused, reset, timed out, or an HTTP error status
+            return False
+
+    wait_for(answers, timeout=timeout, what=f"the Service {ns}/{name} to answer")
+    return url
 
 
 def wait_ready(kubectl: Kubectl, ns: str, name: str, timeout: float = 90) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import images
-from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready
+from testbed.kube import CHART, create_namespace, helm, wait_for, wait_ready, wait_served
 from testbed.kubectl import Kubectl
 from testkit import processes
 from testkit.host import free_port
@@ -138,6 +138,8 @@ def deployed_on_the_real_node(
         kubectl.apply(resource, ns)
         try:
             wait_ready(kubectl, ns, name, timeout=timeout)
+            if kubectl.run("get", "service", name, "-n", ns, check=False).returncode == 0:
+                wait_served(kubectl, ns, name)  # its frontend's Service, through kube-proxy
             yield ns, system_ns, rel
         finally:
             kubectl.run("delete", "tdeploy", name, "-n", ns, "--wait=false", check=False)
