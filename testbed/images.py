@@ -43,6 +43,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -385,11 +386,11 @@ def _build_once(args: list[str]) -> tuple[int, str]:
     status and the last lines of its standard error."""
     proc = subprocess.Popen([*_buildah_cmd(), *args], stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
-    tail: list[str] = []
+    tail: deque[str] = deque(maxlen=50)
     with proc.stderr:
         for line in proc.stderr:
             sys.stderr.write(line)
-            tail = [*tail[-49:], line]
+            tail.append(line)
     return proc.wait(), "".join(tail)
 
 
