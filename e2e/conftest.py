@@ -13,6 +13,7 @@ import testbed.realnode
 from testbed.kube import CRD_FILE, GATEWAY_CRD_FILE, create_namespace
 from testbed.kubectl import Kubectl
 from testbed.operators import OperatorProcess
+from testkit import e2e_order
 from testkit.audio import SENTENCES, speak
 from transcription_api.telemetry import quiet_this_process
 
@@ -26,6 +27,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+    # A stable sort: within a module, and among the modules not in LAST, the order stays.
+    items.sort(key=lambda item: e2e_order.rank(Path(str(item.fspath)).name))
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +36,8 @@ def cluster() -> Iterator[Path]:
     """A running test bed; started (and later stopped) unless one is already up. Stopping
     it must leave no process of it behind (issue 20 item 3): the run fails, naming them."""
     was_up = testbed.cluster.is_up()
-    kubeconfig = testbed.cluster.up()
+    # Without KEDA: the modules that need it ask for it (the `keda` fixture).
+    kubeconfig = testbed.cluster.up(scaling=False)
     yield kubeconfig
     if not was_up and not os.environ.get("TESTBED_KEEP"):
         try:
@@ -46,6 +50,14 @@ def cluster() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def kubectl(cluster: Path) -> Kubectl:
     return Kubectl(cluster)
+
+
+@pytest.fixture(scope="session")
+def keda(cluster: Path) -> None:
+    """KEDA on the test bed, for the modules that scale on it. It is built on first use;
+    under `make test` its build runs beside the suite's first modules, and this waits for
+    it (testkit.e2e_order puts those modules last)."""
+    testbed.cluster.add_keda()
 
 
 @pytest.fixture

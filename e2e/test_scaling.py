@@ -22,7 +22,7 @@ from testkit.audio import SENTENCES, speak
 
 @pytest.fixture(scope="module")
 def scaling(
-    kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None,
+    kubectl: Kubectl, cluster: Path, real_node: str, crd_installed: None, keda: None,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Scaling]:  # fmt: skip
     sentence = SENTENCES[0]

@@ -124,7 +124,7 @@ def speaker_image(tmp_path_factory: pytest.TempPathFactory, real_node: str) -> s
 @pytest.fixture(scope="module")
 def namespace(
     kubectl: Kubectl, cluster: Path, worker_image: str, weights_image: str, speaker_image: str,
-    crd_installed: None,
+    crd_installed: None, keda: None,
 ) -> Iterator[str]:  # fmt: skip
     extra = ("--set", f"defaultImages.vllmCpu={worker_image}",
              "--set", f"defaultImages.speakerModel={speaker_image}")  # fmt: skip

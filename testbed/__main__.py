@@ -1,6 +1,10 @@
 """The test bed's command line.
 
     python -m testbed build          build the pinned binaries and the images (once)
+    python -m testbed build --cluster
+                                     only what the cluster needs without KEDA (no Flux and no
+                                     checkers): `make test` builds the rest beside the e2e
+                                     suite's first modules, which need none of it
     python -m testbed up             start the cluster and register the fake nodes
     python -m testbed status         show what runs and where the kubeconfig is
     python -m testbed down           stop the cluster and remove its state
@@ -20,20 +24,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+import toolchain
 from testbed import cluster, images
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("build", "up", "down", "status", "kubeconfig"):
+    build = commands.add_parser("build")
+    build.add_argument("--cluster", action="store_true", help="the cluster alone, without KEDA")
+    for name in ("up", "down", "status", "kubeconfig"):
         commands.add_parser(name)
     image = commands.add_parser("images", help="the project's images alone")
     image.add_argument("action", choices=["build", "list", "stream"])
     image.add_argument("reference", nargs="?", help="stream: the image")
     image.add_argument("have", nargs="*", help="stream: the diff IDs of the layers to leave out")
     args = parser.parse_args(argv)
-    if args.command == "build":
+    if args.command == "build" and args.cluster:
+        cluster.build_all(toolchain.CLUSTER_TOOLS, scaling=False)
+    elif args.command == "build":
         cluster.build_all()
     elif args.command == "up":
         cluster.up()

@@ -166,10 +166,7 @@ def up(scaling: bool = True) -> Path:
     else:
         toolchain.build(toolchain.CLUSTER_TOOLS if scaling else toolchain.CLUSTER_TOOLS_BUT_KEDA)
     if is_up():
-        say(f"cluster {CLUSTER!r} already up")
-        if REAL_NODE and scaling and not keda_installed():
-            import_images()
-            install_keda(images.refs())
+        say(f"cluster {CLUSTER!r} already up")  # the real node's start below adds what is new
     else:
         if cluster_dir().exists():
             say("removing a stopped or broken earlier cluster")
@@ -379,6 +376,17 @@ def install_dns(refs: dict[str, str]) -> None:
 def keda_installed() -> bool:
     return bool(kubectl("get", "deployment", "keda-operator", "-n", addons.KEDA_NAMESPACE,
                         "--ignore-not-found", "-o", "name", check=False))  # fmt: skip
+
+
+def add_keda() -> None:
+    """KEDA on the running test bed, unless it runs there: its binaries and images built
+    first if missing (or waited for while another process builds them: `make test` builds
+    KEDA beside the e2e suite's first modules), imported, installed."""
+    if keda_installed():
+        return
+    build_all(toolchain.CLUSTER_TOOLS, scaling=True)
+    import_images()
+    install_keda(images.refs())
 
 
 def install_keda(refs: dict[str, str]) -> None:

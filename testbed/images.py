@@ -479,7 +479,20 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
 
 
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
-    """Build every image that is missing; return name -> reference."""
+    """Build every image that is missing; return name -> reference. One process builds at a
+    time (they share the builder's store, whose leftovers a build clears first): another
+    one's build of the same image is waited for, then found built."""
+    if any(not built(i) for i in images):
+        with toolchain.exclusive(CACHE / ".build.lock", "the builder's store"):
+            _build_missing(images)
+    else:
+        for i in images:
+            say(f"{i.name}: cached ({ref(i)})")
+            steps.record(f"image {i.name}", 0, "cached")
+    return refs()
+
+
+def _build_missing(images: tuple[Image, ...]) -> None:
     todo = [i for i in images if not built(i)]
     # The intermediate layers the missing images are built FROM come first.
     layers = {i.base.name: i.base for i in todo if i.base and i.base not in todo}
@@ -522,7 +535,6 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
                 buildah("rmi", "--prune", capture=True, check=False)
             part.rename(archive(image))
         _built(image, start, f"-> {archive(image)}")
-    return refs()
 
 
 def _built(image: Image, start: float, where: str) -> None:

@@ -15,6 +15,8 @@ used, so this works before the virtual environment exists (the release workflow 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -40,6 +43,40 @@ CACHE = Path(
 def say(msg: str, who: str = "testbed") -> None:
     """A progress line on stderr, tagged with who says it."""
     print(f"[{who}] {msg}", file=sys.stderr, flush=True)
+
+
+def _command() -> str:
+    """This process's command, short: `python3 -m testbed build`, `python pytest -m e2e`."""
+    argv = [Path(a).name if "/" in a else a for a in sys.orig_argv[:4]]
+    return " ".join(argv[: argv.index("-c") + 1] if "-c" in argv else argv)
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold `lock` (an advisory lock on a file) while building `what`: another process that
+    builds the same (`make test` builds KEDA beside the e2e suite, whose KEDA fixture may ask
+    for it first) waits here and is told who holds it, then finds the build done."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            say(f"waiting for {what}: {holder} is building it")
+            start = time.monotonic()
+            fcntl.flock(f, fcntl.LOCK_EX)
+            say(f"    {holder} ended after {time.monotonic() - start:.0f}s of waiting")
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} ({_command()})")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -261,44 +298,12 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
     if len(todo) > 1 and (left := steps.total([f"go {t.name}" for t, _ in todo])):
         say(f"{len(todo)} Go builds, one after another: {left}")
     for i, (t, names) in enumerate(todo, 1):
-        about = steps.estimate(f"go {t.name}")
-        say(
-            f"[{i}/{len(todo)}] building {t.name} {t.version} ({', '.join(names)}) "
-            f"from the Go module proxy{f'; {about}' if about else ''}"
-        )
-        start = time.monotonic()
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=CACHE))
-        # One package: name the output; several: `go build` names each after its package.
-        out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
-        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
-        if t.tags:
-            cmd += ["-tags", ",".join(t.tags)]
-        cmd += ["-o", out, *(t.binaries[b] for b in names)]
-        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
-        while True:  # progress every 30 s; on to the next build as soon as this one ends
-            try:
-                proc.wait(timeout=30)
-                break
-            except subprocess.TimeoutExpired:
-                elapsed = time.monotonic() - start
-                about = steps.estimate(f"go {t.name}", elapsed)
-                say(
-                    f"    ... still building {t.name} ({elapsed:.0f}s{f'; {about}' if about else ''})"
-                )
-        if proc.returncode:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
-        not_built = [b for b in names if not (tmp / b).exists()]
-        if not_built:
-            raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
-        t.dir.mkdir(parents=True, exist_ok=True)
-        for b in names:
-            (tmp / b).rename(t.path(b))
-        shutil.rmtree(tmp, ignore_errors=True)
-        _copy_data(t)
-        steps.record(f"go {t.name}", time.monotonic() - start)
-        say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
+        with exclusive(CACHE / f".{t.name}.lock", f"{t.name} {t.version}"):
+            # Whatever another process built while this one waited is done.
+            if names := [b for b in names if not t.path(b).exists()]:
+                _build_one(t, names, f"[{i}/{len(todo)}]")
+            else:
+                steps.record(f"go {t.name}", 0, "cached")
     if (
         GO_CACHE.exists()
         and all(t.built for t in ALL_TOOLS)
@@ -310,6 +315,48 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         say(f"every pinned tool is built: removing Go's caches ({size / 1e9:.1f} GB, {GO_CACHE})")
         subprocess.run(["go", "clean", "-modcache"], env=go_env(), capture_output=True, check=False)
         shutil.rmtree(GO_CACHE, ignore_errors=True)
+
+
+def _build_one(t: Tool, names: list[str], counter: str) -> None:
+    """Build `names` of tool `t` into its cache entry, with progress every 30 s."""
+    from toolchain import steps
+
+    about = steps.estimate(f"go {t.name}")
+    say(
+        f"{counter} building {t.name} {t.version} ({', '.join(names)}) "
+        f"from the Go module proxy{f'; {about}' if about else ''}"
+    )
+    start = time.monotonic()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=CACHE))
+    # One package: name the output; several: `go build` names each after its package.
+    out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
+    cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
+    if t.tags:
+        cmd += ["-tags", ",".join(t.tags)]
+    cmd += ["-o", out, *(t.binaries[b] for b in names)]
+    proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
+    while True:  # progress every 30 s; on to the next build as soon as this one ends
+        try:
+            proc.wait(timeout=30)
+            break
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - start
+            about = steps.estimate(f"go {t.name}", elapsed)
+            say(f"    ... still building {t.name} ({elapsed:.0f}s{f'; {about}' if about else ''})")
+    if proc.returncode:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
+    not_built = [b for b in names if not (tmp / b).exists()]
+    if not_built:
+        raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
+    t.dir.mkdir(parents=True, exist_ok=True)
+    _copy_data(t)  # first: a process that finds the binaries finds their sources too
+    for b in names:
+        (tmp / b).rename(t.path(b))
+    shutil.rmtree(tmp, ignore_errors=True)
+    steps.record(f"go {t.name}", time.monotonic() - start)
+    say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 
 
 def _copy_data(tool: Tool) -> None:

@@ -1,0 +1,144 @@
+"""Two processes that need the same build (toolchain.exclusive): `make test` builds KEDA,
+Flux and the checkers beside the e2e suite, whose KEDA fixture may ask for KEDA first. The
+second waits, says for whom, and finds the build done; the e2e modules that need those
+builds run after the others (testkit.e2e_order)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import toolchain
+from testkit import e2e_order
+
+ROOT = Path(__file__).resolve().parent.parent
+E2E = ROOT / "e2e"
+
+# Holds the lock as `make test`'s build beside the suite would, until told to stop.
+HOLDER = """
+import sys, time
+from pathlib import Path
+import toolchain
+lock, ready, stop, make = map(Path, sys.argv[1:5])
+with toolchain.exclusive(lock, "a test's build"):
+    ready.touch()
+    while not stop.exists():
+        time.sleep(0.05)
+    for binary in sys.argv[5:]:  # what the build made
+        make.mkdir(parents=True, exist_ok=True)
+        (make / binary).write_text("built by the holder")
+"""
+
+
+def hold(tmp: Path, lock: Path, make: Path | None = None, *binaries: str,
+         env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    """A second process in `exclusive(lock)`, once it has the lock."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock), str(tmp / "ready"), str(tmp / "stop"),
+         str(make or tmp), *binaries],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (tmp / "ready").exists():
+        assert proc.poll() is None, "the holder ended before it held the lock"
+        assert time.monotonic() < deadline, "the holder never held the lock"
+        time.sleep(0.05)
+    return proc
+
+
+def release_in(tmp: Path, seconds: float) -> None:
+    subprocess.Popen(["sh", "-c", f"sleep {seconds}; touch {tmp / 'stop'}"])
+
+
+def test_a_second_process_waits_for_the_build_and_is_told_who_runs_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / "locks" / ".keda.lock"
+    holder = hold(tmp_path, lock)
+    release_in(tmp_path, 1.0)
+    start = time.monotonic()
+    with toolchain.exclusive(lock, "keda v2"):
+        waited = time.monotonic() - start
+        assert lock.read_text() == f"process {os.getpid()} ({toolchain._command()})"
+    assert holder.wait(timeout=30) == 0
+    assert waited >= 0.8, f"entered after {waited:.2f}s, while the other process held it"
+    err = capfd.readouterr().err
+    assert re.search(rf"waiting for keda v2: process {holder.pid} \(\S+ -c\) is building it",
+                     err), err  # fmt: skip
+    assert "ended after" in err
+    assert lock.read_text() == "", "a released lock names nobody"
+
+
+def test_a_free_lock_is_taken_at_once_and_says_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / ".helm.lock"
+    start = time.monotonic()
+    with toolchain.exclusive(lock, "helm"):
+        pass
+    assert time.monotonic() - start < 0.5
+    assert "waiting" not in capfd.readouterr().err
+
+
+def test_a_failed_build_releases_the_lock_for_the_next(tmp_path: Path) -> None:
+    lock = tmp_path / ".flux.lock"
+    with pytest.raises(SystemExit, match="building flux failed"), toolchain.exclusive(lock, "flux"):
+        raise SystemExit("building flux failed (exit 1); see above")
+    holder = hold(tmp_path, lock)  # would hang here if the lock were still held
+    (tmp_path / "stop").touch()
+    assert holder.wait(timeout=30) == 0
+
+
+def test_a_tool_another_process_built_meanwhile_is_not_built_again(tmp_path: Path) -> None:
+    """toolchain.build waits on the tool's lock, then finds its binary: `go` never runs
+    (a `go` on PATH that would fail the test if it did)."""
+    cache = tmp_path / "cache"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "go").write_text(f"#!/bin/sh\ntouch {tmp_path / 'go-ran'}\nexit 1\n")
+    (fake / "go").chmod(0o755)
+    env = {**os.environ, "TESTBED_CACHE": str(cache), "PATH": f"{fake}:{os.environ['PATH']}",
+           "XDG_CACHE_HOME": str(tmp_path / "xdg")}  # fmt: skip
+    tool = toolchain.ACTIONLINT
+    entry = cache / tool.dir.name
+    holder = hold(tmp_path, cache / f".{tool.name}.lock", entry, "actionlint", env=env)
+    release_in(tmp_path, 1.0)
+    build = subprocess.run(
+        [sys.executable, "-c", "import toolchain; toolchain.build((toolchain.ACTIONLINT,))"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert holder.wait(timeout=30) == 0
+    assert build.returncode == 0, build.stderr
+    assert f"waiting for actionlint {tool.version}" in build.stderr
+    assert not (tmp_path / "go-ran").exists(), build.stderr
+    assert (entry / "actionlint").read_text() == "built by the holder"
+
+
+def test_the_e2e_modules_that_need_the_builds_beside_the_suite_run_last() -> None:
+    modules = sorted(p.name for p in E2E.glob("test_*.py"))
+    assert set(e2e_order.LAST) <= set(modules), "LAST names a module that is gone"
+    ordered = sorted(modules, key=e2e_order.rank)
+    assert ordered[-len(e2e_order.LAST) :] == list(e2e_order.LAST)
+    assert ordered[: -len(e2e_order.LAST)] == [m for m in modules if m not in e2e_order.LAST]
+    # Every module that asks for KEDA, Flux or a torch image is among the last.
+    needs = re.compile(r"\bkeda: None\b|cluster\.flux\(|on_demand_image\(")
+    late = {p.name for p in E2E.glob("test_*.py") if needs.search(p.read_text())}
+    assert late, "the pattern matches no module: it no longer says what it looks for"
+    assert late <= set(e2e_order.LAST), sorted(late - set(e2e_order.LAST))
+
+
+def test_the_e2e_suite_runs_in_that_order() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "e2e", "e2e"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    files = [line.split("::")[0].removeprefix("e2e/") for line in out.splitlines() if "::" in line]
+    order = list(dict.fromkeys(files))
+    assert order[-len(e2e_order.LAST) :] == list(e2e_order.LAST), textwrap.shorten(str(order), 300)
