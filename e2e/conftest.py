@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -53,11 +54,20 @@ def kubectl(cluster: Path) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
-def keda(cluster: Path) -> None:
+def shown(pytestconfig: pytest.Config) -> Callable[[], AbstractContextManager[None]]:
+    """A context in which the test bed's progress lines reach the terminal at once (pytest
+    keeps a fixture's output otherwise): for a build, or a wait for one."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    return capture.global_and_fixture_disabled  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def keda(cluster: Path, shown: Callable[[], AbstractContextManager[None]]) -> None:
     """KEDA on the test bed, for the modules that scale on it. It is built on first use;
     under `make test` its build runs beside the suite's first modules, and this waits for
     it (testkit.e2e_order puts those modules last)."""
-    testbed.cluster.add_keda()
+    with shown():
+        testbed.cluster.add_keda()
 
 
 @pytest.fixture

@@ -32,7 +32,8 @@ import copy
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +43,7 @@ import pytest
 import yaml
 
 import testbed.cluster
+import toolchain
 from testbed import gitops, images
 from testbed.kube import SAMPLES, condition, create_namespace, td_get, wait_for
 from testbed.kubectl import Kubectl
@@ -56,9 +58,15 @@ KUSTOMIZATION = "whisper"
 
 
 @pytest.fixture(scope="module")
-def flux(cluster: Path, real_node: str, operator: OperatorProcess) -> Iterator[gitops.Flux]:
+def flux(
+    cluster: Path, real_node: str, operator: OperatorProcess,
+    shown: Callable[[], AbstractContextManager[None]],
+) -> Iterator[gitops.Flux]:  # fmt: skip
     """The controllers, for this module; stopped (their objects and CRDs removed) before the
-    operator, which must finalize what the Kustomization prunes."""
+    operator, which must finalize what the Kustomization prunes. Their build (under `make
+    test`, beside the suite's first modules) is waited for in view."""
+    with shown():
+        toolchain.build((toolchain.FLUX,))
     with testbed.cluster.flux() as running:
         yield running
 
