@@ -49,8 +49,7 @@ class Stack:
     release: str
 
     def service_url(self) -> str:
-        svc = self.kubectl.json("get", "service", NAME, "-n", self.namespace)
-        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+        return self.kubectl.service_url(self.namespace, NAME)
 
 
 @pytest.fixture(scope="module")

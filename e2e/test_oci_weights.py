@@ -61,8 +61,7 @@ def stack(kubectl: Kubectl, cluster: Path, first: str, crd_installed: None) -> I
 
 
 def service_url(kubectl: Kubectl, ns: str) -> str:
-    svc = kubectl.json("get", "service", NAME, "-n", ns)
-    return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+    return kubectl.service_url(ns, NAME)
 
 
 def worker_pods(kubectl: Kubectl, ns: str) -> list[dict[str, Any]]:

@@ -66,8 +66,7 @@ class Stack:
         return self.kubectl.pods(self.namespace, NAME, component)
 
     def service_url(self) -> str:
-        svc = self.kubectl.json("get", "service", NAME, "-n", self.namespace)
-        return f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}"
+        return self.kubectl.service_url(self.namespace, NAME)
 
 
 def resource() -> dict[str, Any]:
