@@ -276,10 +276,10 @@ GO_CACHE = CACHE / "go"
 
 # The compiler's garbage collector runs a quarter as often (GOGC=400; Go's default is 100): a
 # cold build of helm took 0.85 times the wall and CPU time (63.6 s against 74.6 s, the
-# medians of 3 runs each, side by side with farm-bench on this 2-core machine), each compile
-# at most 0.7 GB instead of 0.5. The binaries are the same. GOGC=off was 60 s, at 1.1 GB for
-# helm's largest package: too near the memory of a machine building Kubernetes beside
-# torch's downloads.
+# medians of 3 runs each, side by side with farm-bench on this 2-core machine), its largest
+# process 0.62 GB instead of 0.46. The binaries are the same. GOGC=off took 60 s with a
+# largest process of 1.1 GB for helm: too much to risk on Kubernetes' largest packages,
+# compiled two at a time beside torch's downloads.
 GO_GC = "400"
 
 
