@@ -186,9 +186,15 @@ def test_real_node_runs_the_pinned_kubelet_and_containerd(kubectl: Kubectl, real
     assert info["containerRuntimeVersion"] == f"containerd://{containerd}"
     addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
     assert addresses["InternalIP"] == testbed.realnode.NODE_IP
-    # KWOK leaves it alone: the kubelet holds the node's lease, and it is not tainted.
-    lease = kubectl.json("get", "lease", real_node, "-n", "kube-node-lease")
-    assert lease["spec"]["holderIdentity"] == real_node
+    # KWOK leaves it alone: the kubelet holds the node's lease, and it is not tainted. The
+    # kubelet creates the lease once its Node exists: a try that comes before its
+    # registration (they race) is retried at the next renewal, 10 s later.
+    holder = wait_for(
+        lambda: kubectl("get", "lease", real_node, "-n", "kube-node-lease", "--ignore-not-found",
+                        "-o", "jsonpath={.spec.holderIdentity}"),
+        timeout=30, what="the real node's lease",
+    )  # fmt: skip
+    assert holder == real_node
     assert not node["spec"].get("taints")
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
 

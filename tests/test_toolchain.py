@@ -142,3 +142,25 @@ def test_the_e2e_suite_runs_in_that_order() -> None:
     files = [line.split("::")[0].removeprefix("e2e/") for line in out.splitlines() if "::" in line]
     order = list(dict.fromkeys(files))
     assert order[-len(e2e_order.LAST) :] == list(e2e_order.LAST), textwrap.shorten(str(order), 300)
+
+
+def test_a_change_to_a_wrappers_own_go_code_names_a_new_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CoreDNS' wrapper has a main.go of its own (the plugins it links): a changed file is a
+    new cache entry, built afresh, as a changed version or build flag is."""
+    for name in ("coredns", "helm"):  # toolchain.ldflags reads helm's go.mod for any tool
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "go.mod").write_text((toolchain.TOOLS / name / "go.mod").read_text())
+    wrapper = tmp_path / "coredns"
+    (wrapper / "main.go").write_text("package main\n")
+    monkeypatch.setattr(toolchain, "TOOLS", tmp_path)
+
+    def entry() -> str:
+        return toolchain.Tool("coredns", toolchain.COREDNS.module, {"coredns": "."}).dir.name
+
+    before = entry()
+    assert entry() == before
+    (wrapper / "main.go").write_text("package main // one more plugin\n")
+    assert entry() != before
+    assert entry().startswith(f"coredns-{toolchain.COREDNS.version}-")

@@ -110,6 +110,10 @@ class Tool:
         changed recipe rebuilds."""
         recipe = ldflags(self) + (f"|tags={','.join(self.tags)}" if self.tags else "")
         recipe += "".join(f"|{m}@{pinned_version(self.gomod, m)}" for m in self.also)
+        recipe += "".join(  # the wrapper's own Go code (CoreDNS' plugin list)
+            f"|{p.name}@{hashlib.sha256(p.read_bytes()).hexdigest()}"
+            for p in sorted((TOOLS / self.name).rglob("*.go"))
+        )
         digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
         return CACHE / f"{self.name}-{self.version}-{digest}"
 
