@@ -149,10 +149,9 @@ def test_a_change_to_a_wrappers_own_go_code_names_a_new_cache_entry(
 ) -> None:
     """CoreDNS' wrapper has a main.go of its own (the plugins it links): a changed file is a
     new cache entry, built afresh, as a changed version or build flag is."""
-    for name in ("coredns", "helm"):  # toolchain.ldflags reads helm's go.mod for any tool
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "go.mod").write_text((toolchain.TOOLS / name / "go.mod").read_text())
     wrapper = tmp_path / "coredns"
+    wrapper.mkdir()
+    (wrapper / "go.mod").write_text((toolchain.TOOLS / "coredns" / "go.mod").read_text())
     (wrapper / "main.go").write_text("package main\n")
     monkeypatch.setattr(toolchain, "TOOLS", tmp_path)
 

@@ -259,7 +259,7 @@ def ldflags(tool: Tool) -> str:
         "kubernetes": _kube_ldflags(v),
         "etcd": [f"-X go.etcd.io/etcd/api/v3/version.GitSHA={v}"],
         "kwok": [f"-X sigs.k8s.io/kwok/pkg/consts.Version={v}"],
-        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}", *_helm_kube_ldflags()],
+        "helm": [f"-X helm.sh/helm/v3/internal/version.version={v}"],
         "containerd": [f"-X github.com/containerd/containerd/v2/version.Version={v}"],
         "coredns": [],  # it reports the version of its module
         "keda": [f"-X github.com/kedacore/keda/v2/version.Version={v}"],
@@ -269,6 +269,8 @@ def ldflags(tool: Tool) -> str:
         "prometheus": [f"-X github.com/prometheus/common/version.Version={v.lstrip('v')}"],
         "flux": [],  # neither controller has a version variable to set
     }[tool.name]
+    if tool.name == "helm":  # read from helm's go.mod: only for helm
+        extra += _helm_kube_ldflags()
     return " ".join(["-s", "-w", *extra])
 
 
