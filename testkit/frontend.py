@@ -4,6 +4,7 @@ frontend serving them, and the readers of its answers."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,16 @@ def chat_pool(url: str, name: str = "chat", mode: Mode = Mode.CONTINUOUS) -> Any
 def assert_still_serving(fe: Frontend) -> None:
     r = fe.client.audio.transcriptions.create(model="whisper-1", file=("a.wav", WAV))
     assert r.text == FIXTURE_TEXT
+
+
+def assert_budget_released(gateway: Gateway, timeout: float = 10) -> None:
+    """Every body the gateway held in memory was released. The answer reaches the client a
+    moment before its request ends and lets go of what it held, so this waits for that (up to
+    `timeout` seconds: longer on a machine busy with other suites)."""
+    deadline = time.monotonic() + timeout
+    while gateway.body_budget.bytes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert gateway.body_budget.bytes == 0, f"{gateway.body_budget.bytes} bytes still held"
 
 
 def sse_events(r: httpx.Response) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from openai.types.audio import TranscriptionDiarized
 
 from testkit import conversations, speaker_model
 from testkit.conversations import Conversation
-from testkit.frontend import in_process
+from testkit.frontend import assert_budget_released, in_process
 from testkit.standins import Behaviour, Running, start, vllm_app
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.frontend import FrontendLimits
@@ -224,7 +224,7 @@ def test_known_speaker_references_count_in_the_gateways_memory_budget(
         assert e.value.status_code == 503, body
         assert isinstance(body, dict) and body["code"] == "memory_budget_exceeded", body
         assert "known speaker references" in body["message"], body
-        assert gw.body_budget.bytes == 0
+        assert_budget_released(gw)
         with two.wav.open("rb") as f:
             answer = c.audio.transcriptions.create(
                 model="whisper-1", file=f, response_format="diarized_json",
@@ -232,6 +232,6 @@ def test_known_speaker_references_count_in_the_gateways_memory_budget(
             )  # fmt: skip
         assert isinstance(answer, TranscriptionDiarized)
         assert "Ann" in {s.speaker for s in answer.segments}, answer.segments
-        assert gw.body_budget.bytes == 0
+        assert_budget_released(gw)
     finally:
         fe.stop()
