@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed import scenarios
+from testbed.kube import wait_for
 from testbed.kubectl import Kubectl
 from testbed.load import failures, summary
 from testbed.scenarios import Result, Scaling
@@ -131,3 +132,35 @@ def test_a_stuck_rollout_is_ready_then_degraded_and_finishes_once_the_node_has_r
         print(f"\n[{stage}]\n  " + "\n  ".join(lines))
     no_failures(result)
     assert len([o for o in result.outcomes if o.ok]) >= 10  # served throughout, not a few
+
+
+def test_a_trigger_type_the_test_beds_keda_leaves_out_is_refused_by_name(
+    kubectl: Kubectl, keda: None, namespace: str
+) -> None:
+    """The test bed's KEDA has the scalers it uses only (toolchain/keda.py): another trigger
+    type gets KEDA's own error for an unknown one, as an Event on the ScaledObject."""
+    labels = {"app": "target"}
+    kubectl.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "target", "namespace": namespace},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }},
+    })  # fmt: skip
+    kubectl.apply({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "target", "namespace": namespace},
+        "spec": {"scaleTargetRef": {"name": "target"}, "minReplicaCount": 1, "triggers": [{
+            "type": "prometheus", "metadata": {"serverAddress": "http://prometheus:9090",
+                                               "query": "up", "threshold": "1"},
+        }]},
+    })  # fmt: skip
+
+    def refused() -> list[str]:
+        events = kubectl.json("get", "events", "-n", namespace,
+                              "--field-selector", "involvedObject.name=target")["items"]  # fmt: skip
+        return [e["message"] for e in events if e.get("reason") == "KEDAScalerFailed"]
+
+    messages = wait_for(refused, timeout=90, what="KEDA's event for the unknown trigger type")
+    assert any("no scaler found for type: prometheus" in m for m in messages), messages

@@ -26,10 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+
+from toolchain import keda as keda_trim
 
 TOOLS = Path(__file__).resolve().parent / "tools"
 CACHE = Path(
@@ -80,6 +82,16 @@ def exclusive(lock: Path, what: str) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
+class Trim:
+    """One of a tool's modules built from a trimmed copy of its source, not the module cache's
+    (KEDA without the scalers the test bed never uses: toolchain/keda.py)."""
+
+    module: str
+    apply: Callable[[Path], None]  # edits a writable copy of the module's source in place
+    recipe: str  # what the trimming depends on, for the cache entry's digest
+
+
+@dataclass(frozen=True)
 class Tool:
     """One wrapper module under ``tools/`` and the binaries built from it."""
 
@@ -91,6 +103,7 @@ class Tool:
     # Folders of its modules' sources the test bed reads (manifests, CRDs): (module, folder),
     # copied beside the binaries when they are built, so that Go's caches can go.
     data: tuple[tuple[str, str], ...] = field(default=())
+    trim: Trim | None = None
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -114,6 +127,8 @@ class Tool:
             f"|{p.name}@{hashlib.sha256(p.read_bytes()).hexdigest()}"
             for p in sorted((TOOLS / self.name).rglob("*.go"))
         )
+        if self.trim:
+            recipe += f"|{self.trim.module}:{self.trim.recipe}"
         digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
         return CACHE / f"{self.name}-{self.version}-{digest}"
 
@@ -204,6 +219,7 @@ KEDA = Tool(
         "adapter": "github.com/kedacore/keda/v2/cmd/adapter",
     },
     data=(("github.com/kedacore/keda/v2", "config"),),
+    trim=Trim(keda_trim.MODULE, keda_trim.trim, keda_trim.recipe()),
 )
 # Checkers that `make test` runs (not part of the cluster): actionlint lints the release
 # workflows, promtool tests the alert rules and the dashboard's queries.
@@ -349,6 +365,8 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
     cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
     if t.tags:
         cmd += ["-tags", ",".join(t.tags)]
+    if t.trim:
+        cmd += ["-modfile", str(_trimmed(t, t.trim, tmp))]
     cmd += ["-o", out, *(t.binaries[b] for b in names)]
     proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
     while True:  # progress every 30 s; on to the next build as soon as this one ends
@@ -374,14 +392,33 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
     say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 
 
+def _trimmed(t: Tool, trim: Trim, tmp: Path) -> Path:
+    """A copy of `t`'s go.mod (and go.sum) in `tmp` that replaces `trim.module` with a
+    trimmed copy of its source, also in `tmp`."""
+    src = tmp / "src"
+    shutil.copytree(module_dir(t, trim.module), src)
+    _writable(src)
+    trim.apply(src)
+    shutil.copy(t.gomod, tmp / "go.mod")
+    shutil.copy(t.gomod.with_suffix(".sum"), tmp / "go.sum")
+    with (tmp / "go.mod").open("a") as f:
+        f.write(f"\nreplace {trim.module} => {src}\n")
+    return tmp / "go.mod"
+
+
+def _writable(tree: Path) -> None:
+    """The module cache's copies are read-only."""
+    for p in (tree, *tree.rglob("*")):
+        p.chmod(p.stat().st_mode | 0o200)
+
+
 def _copy_data(tool: Tool) -> None:
     """Copy the source folders the test bed reads out of the module cache."""
     for module, folder in tool.data:
         target = tool.source(module, folder)
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(module_dir(tool, module) / folder, target)
-        for p in (target, *target.rglob("*")):  # the module cache's copies are read-only
-            p.chmod(p.stat().st_mode | 0o200)
+        _writable(target)
 
 
 def helm() -> Path:
