@@ -40,7 +40,7 @@ def test_cached_and_failed_steps_leave_the_estimate_alone() -> None:
 
 
 def test_a_total_needs_every_step_known() -> None:
-    assert steps.total(["go keda", "go flux"]) == "about 11 min in all"
+    assert steps.total(["go kubernetes", "go etcd"]) == "about 11 min in all"
     assert steps.total(["go keda", "go unknown"]) == ""
     assert steps.total([]) == ""
 
