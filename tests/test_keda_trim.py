@@ -100,3 +100,17 @@ def test_another_choice_of_scalers_names_a_new_cache_entry() -> None:
     assert dataclasses.replace(toolchain.KEDA, trim=other).dir != toolchain.KEDA.dir
     assert dataclasses.replace(toolchain.KEDA, trim=None).dir != toolchain.KEDA.dir
     assert toolchain.KEDA.dir.name.startswith(f"keda-{toolchain.KEDA.version}-")
+
+
+def test_a_source_the_trimming_no_longer_fits_stops_the_build_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KEDA version whose scalers' files moved: the build stops before `go build`, naming
+    what to update, and leaves no half-made folder in the cache."""
+    cache, source = tmp_path / "cache", tmp_path / "keda"
+    (source / "pkg" / "scalers").mkdir(parents=True)  # none of the kept files
+    monkeypatch.setattr(toolchain, "CACHE", cache)
+    monkeypatch.setattr(toolchain, "module_dir", lambda tool, module=None: source)
+    with pytest.raises(SystemExit, match=re.escape("update FILES in toolchain/keda.py")):
+        toolchain._build_one(toolchain.KEDA, ["operator"], "[1/1]")
+    assert list(cache.iterdir()) == []

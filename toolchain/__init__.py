@@ -366,7 +366,11 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
     if t.tags:
         cmd += ["-tags", ",".join(t.tags)]
     if t.trim:
-        cmd += ["-modfile", str(_trimmed(t, t.trim, tmp))]
+        try:
+            cmd += ["-modfile", str(_trimmed(t, t.trim, tmp))]
+        except BaseException:  # a pinned version the trimming no longer fits: says what
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     cmd += ["-o", out, *(t.binaries[b] for b in names)]
     proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
     while True:  # progress every 30 s; on to the next build as soon as this one ends
