@@ -359,39 +359,38 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
     )
     start = time.monotonic()
     CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}-", dir=CACHE))
-    # One package: name the output; several: `go build` names each after its package.
-    out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
-    cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
-    if t.tags:
-        cmd += ["-tags", ",".join(t.tags)]
-    if t.trim:
-        try:
+    # Removed however the build ends: built, failed, or refused by a trimming that no longer
+    # fits the pinned source.
+    with tempfile.TemporaryDirectory(prefix=f".{t.name}-", dir=CACHE) as work:
+        tmp = Path(work)
+        # One package: name the output; several: `go build` names each after its package.
+        out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
+        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
+        if t.tags:
+            cmd += ["-tags", ",".join(t.tags)]
+        if t.trim:
             cmd += ["-modfile", str(_trimmed(t, t.trim, tmp))]
-        except BaseException:  # a pinned version the trimming no longer fits: says what
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    cmd += ["-o", out, *(t.binaries[b] for b in names)]
-    proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
-    while True:  # progress every 30 s; on to the next build as soon as this one ends
-        try:
-            proc.wait(timeout=30)
-            break
-        except subprocess.TimeoutExpired:
-            elapsed = time.monotonic() - start
-            about = steps.estimate(f"go {t.name}", elapsed)
-            say(f"    ... still building {t.name} ({elapsed:.0f}s{f'; {about}' if about else ''})")
-    if proc.returncode:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
-    not_built = [b for b in names if not (tmp / b).exists()]
-    if not_built:
-        raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
-    t.dir.mkdir(parents=True, exist_ok=True)
-    _copy_data(t)  # first: a process that finds the binaries finds their sources too
-    for b in names:
-        (tmp / b).rename(t.path(b))
-    shutil.rmtree(tmp, ignore_errors=True)
+        cmd += ["-o", out, *(t.binaries[b] for b in names)]
+        proc = subprocess.Popen(cmd, cwd=TOOLS / t.name, env=go_env())
+        while True:  # progress every 30 s; on to the next build as soon as this one ends
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - start
+                about = steps.estimate(f"go {t.name}", elapsed)
+                say(
+                    f"    ... still building {t.name} ({elapsed:.0f}s{f'; {about}' if about else ''})"
+                )
+        if proc.returncode:
+            raise SystemExit(f"building {t.name} failed (exit {proc.returncode}); see above")
+        not_built = [b for b in names if not (tmp / b).exists()]
+        if not_built:
+            raise SystemExit(f"building {t.name} produced no {', '.join(not_built)}")
+        t.dir.mkdir(parents=True, exist_ok=True)
+        _copy_data(t)  # first: a process that finds the binaries finds their sources too
+        for b in names:
+            (tmp / b).rename(t.path(b))
     steps.record(f"go {t.name}", time.monotonic() - start)
     say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
 

@@ -67,11 +67,8 @@ def keep_cases(source: str, triggers: tuple[str, ...] = TRIGGERS) -> str:
             f"KEDA's {BUILDER} has no case for {', '.join(missing)}: update TRIGGERS in "
             "toolchain/keda.py for the pinned KEDA version"
         )
-    kept = [
-        p
-        for p in parts
-        if not p.startswith(("\tcase ", "\t//")) or p in (cases[t] for t in triggers)
-    ]
+    wanted = {cases[t] for t in triggers}
+    kept = [p for p in parts if p in wanted or not p.startswith(("\tcase ", "\t//"))]
     return source[:begin] + "".join(kept) + source[end:]
 
 
