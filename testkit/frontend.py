@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 
+from testkit import rawhttp
 from testkit.audio import tone_wav
 from testkit.standins import TRANSFORMERS, VLLM, Running, recording, start
 from transcription_api.capabilities import Engine, Mode, ModelFamily
@@ -67,12 +68,26 @@ class Frontend:
 
     def post(self, fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None = WAV,
              endpoint: str = "transcriptions", **kw: Any) -> httpx.Response:  # fmt: skip
-        items = list(fields.items()) if isinstance(fields, dict) else fields
-        # Every field as a multipart part, in order (as the OpenAI SDK sends them).
-        parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in items]
-        if file is not None:
-            parts.append(("file", ("a.wav", file, "audio/wav")))
-        return httpx.post(f"{self.url}/v1/audio/{endpoint}", files=parts, **{"timeout": 30, **kw})
+        return httpx.post(f"{self.url}/v1/audio/{endpoint}", files=multipart(fields, file),
+                          **{"timeout": 30, **kw})  # fmt: skip
+
+    def hang_up(self, fields: dict[str, Any], reached: Callable[[], bool], file: bytes = WAV,
+                timeout: float = 30) -> None:  # fmt: skip
+        """Send a transcription request and close the connection as soon as `reached()`
+        holds (say, once the workers have it): a client that leaves mid-request, at a point
+        the test chooses rather than after a timeout a loaded machine can outrun."""
+        request = httpx.Request("POST", f"{self.url}/v1/audio/transcriptions",
+                                files=multipart(fields, file))  # fmt: skip
+        body = request.read()
+        head = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in request.headers.items()
+        )
+        with rawhttp.connect(self.url) as s:
+            s.sendall(head.encode() + b"\r\n" + body)
+            deadline = time.monotonic() + timeout
+            while not reached():
+                assert time.monotonic() < deadline, f"not reached in {timeout} s"
+                time.sleep(0.02)
 
     def metric(self, name: str, **labels: str) -> float:
         text = httpx.get(f"{self.url}/metrics").text
@@ -83,6 +98,17 @@ class Frontend:
             ):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+
+def multipart(fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None
+              ) -> list[tuple[str, Any]]:  # fmt: skip
+    """Every field as a multipart part, in order (as the OpenAI SDK sends them), then the
+    file as `a.wav`."""
+    items = list(fields.items()) if isinstance(fields, dict) else fields
+    parts: list[tuple[str, Any]] = [(k, (None, v)) for k, v in items]
+    if file is not None:
+        parts.append(("file", ("a.wav", file, "audio/wav")))
+    return parts
 
 
 def endpoint_slice(

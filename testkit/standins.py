@@ -88,6 +88,9 @@ class Behaviour:
     delay: float = 0.0  # seconds of "compute" per request
     # and per second of its audio (WAV files), whose length its JSON answers then report
     per_audio_second: float = 0.0
+    # While True, requests stay in "compute" past their delay: a window held open for as
+    # long as a test needs it (a loaded machine can't shorten it), closed by setting False.
+    hold: bool = False
     chunk_delay: float = 0.02  # between stream events
     status: int | None = None  # answer every request with this status (e.g. 503)
     # Fill verbose_json with two invented segments, as multilingual Whisper models do. The
@@ -118,11 +121,11 @@ class Behaviour:
             self.in_flight -= 1
 
     async def compute(self, request: Request, audio_seconds: float = 0.0) -> Response | None:
-        """`delay` seconds of "compute" (and `per_audio_second` for each of `audio_seconds`);
-        a 499 if the client goes away meanwhile (counted as cancelled, as vLLM aborts the
-        request of a client that went away)."""
+        """`delay` seconds of "compute" (and `per_audio_second` for each of `audio_seconds`),
+        and on while `hold`; a 499 if the client goes away meanwhile (counted as cancelled,
+        as vLLM aborts the request of a client that went away)."""
         deadline = time.monotonic() + self.delay + self.per_audio_second * audio_seconds
-        while time.monotonic() < deadline:
+        while self.hold or time.monotonic() < deadline:
             await asyncio.sleep(0.02)
             if await request.is_disconnected():
                 self.cancelled += 1

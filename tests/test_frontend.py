@@ -581,12 +581,11 @@ def test_least_in_flight_balances_concurrent_requests() -> None:
 
 
 def test_client_disconnect_cancels_the_worker_request(worker: tuple[Running, Behaviour]) -> None:
-    worker[1].delay = 3.0
+    worker[1].hold = True
     table = RouteTable(model=PRIMARY, pools=[pool("batch", [worker[0].url])])
     fe = Frontend(table)
     try:
-        with pytest.raises(httpx.ReadTimeout):
-            fe.post({"model": PRIMARY}, timeout=0.5)
+        fe.hang_up({"model": PRIMARY}, reached=lambda: worker[1].in_flight == 1)
         deadline = time.monotonic() + 3
         while worker[1].cancelled == 0 and time.monotonic() < deadline:
             time.sleep(0.05)

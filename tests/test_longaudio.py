@@ -4,17 +4,14 @@ CPU worker (faster-whisper, tiny.en) or the vLLM stand-in behind the pool."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
@@ -254,16 +251,9 @@ def test_a_client_that_disconnects_cancels_every_chunk(
     standins: tuple[Frontend, Behaviour, Behaviour], recording: Recording
 ) -> None:
     fe, a, b = standins
-    a.delay = b.delay = 10.0
-    body = recording.wav.read_bytes()
-
-    def leave() -> None:
-        with contextlib.suppress(httpx.TimeoutException):
-            fe.post({"model": "whisper-1", "chunking_strategy": "auto"}, body, timeout=1.5)
-
-    t = threading.Thread(target=leave)
-    t.start()
-    t.join()
+    a.hold = b.hold = True
+    fe.hang_up({"model": "whisper-1", "chunking_strategy": "auto"},
+               reached=lambda: a.in_flight + b.in_flight >= 2, file=recording.wav.read_bytes())  # fmt: skip
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (a.in_flight or b.in_flight):
         time.sleep(0.1)

@@ -322,6 +322,7 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
     assert not scalers[0].is_active(ref(), timeout=5).result
     assert scalers[0].value(ref()) == 0
 
+    slow[1].hold = True  # in flight until the new pod below, however loaded the machine
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         # Two requests of 3 s of audio in flight at the worker through A...
         done = [ex.submit(a.post, {"model": PRIMARY}, THREE) for _ in range(2)]
@@ -344,6 +345,7 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
         # A new pod becomes ready: everything is served, and the load goes back to 0.
         for fe in (a, b):
             fe.endpoints("batch", [slow[0].url])
+        slow[1].hold = False
         assert [f.result(timeout=20).status_code for f in done] == [200] * 4
     wait_until(
         lambda: all(s.value(ref()) == 0 for s in scalers), timeout=3, what="the load to drain"
