@@ -73,21 +73,9 @@ class Frontend:
 
     def hang_up(self, fields: dict[str, Any], reached: Callable[[], bool], file: bytes = WAV,
                 timeout: float = 30) -> None:  # fmt: skip
-        """Send a transcription request and close the connection as soon as `reached()`
-        holds (say, once the workers have it): a client that leaves mid-request, at a point
-        the test chooses rather than after a timeout a loaded machine can outrun."""
-        request = httpx.Request("POST", f"{self.url}/v1/audio/transcriptions",
-                                files=multipart(fields, file))  # fmt: skip
-        body = request.read()
-        head = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n" + "".join(
-            f"{k}: {v}\r\n" for k, v in request.headers.items()
-        )
-        with rawhttp.connect(self.url) as s:
-            s.sendall(head.encode() + b"\r\n" + body)
-            deadline = time.monotonic() + timeout
-            while not reached():
-                assert time.monotonic() < deadline, f"not reached in {timeout} s"
-                time.sleep(0.02)
+        """Send a transcription request and leave once `reached()` holds (`rawhttp.leave`)."""
+        url = f"{self.url}/v1/audio/transcriptions"
+        rawhttp.leave(httpx.Request("POST", url, files=multipart(fields, file)), reached, timeout)
 
     def metric(self, name: str, **labels: str) -> float:
         text = httpx.get(f"{self.url}/metrics").text

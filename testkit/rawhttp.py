@@ -1,6 +1,6 @@
 """HTTP/1.1 by hand, for hostile clients in tests and benchmarks: raw sockets that send what
-no library would (partial headers, bodies that never end) from a chosen source address, and
-read what the server answered until it closed."""
+no library would (partial headers, bodies that never end) from a chosen source address,
+leave when the test says, and read what the server answered until it closed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import httpx
 
 
 def connect(url: str, source: str | None = None, timeout: float = 10) -> socket.socket:
@@ -82,3 +84,19 @@ def trickle(s: socket.socket, chunks: Iterable[bytes], pause: float) -> bytes:
     except OSError:  # a reset, or a second without a byte
         pass
     return data
+
+
+def leave(request: httpx.Request, reached: Callable[[], bool], timeout: float = 30) -> None:
+    """Send `request` and close the connection as soon as `reached()` holds (say, once the
+    workers have it): a client that leaves mid-request at a point the test chooses, rather
+    than after a timeout that a loaded machine can outrun."""
+    body = request.read()
+    head = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in request.headers.items()
+    )
+    with connect(f"http://{request.url.host}:{request.url.port}") as s:
+        s.sendall(head.encode() + b"\r\n" + body)
+        deadline = time.monotonic() + timeout
+        while not reached():
+            assert time.monotonic() < deadline, f"not reached in {timeout} s"
+            time.sleep(0.02)

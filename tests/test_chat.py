@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from testkit import rawhttp
 from testkit.audio import convert, speak, tone_wav
 from testkit.frontend import (
     AUDIO_LM_MODEL,
@@ -413,12 +414,13 @@ def test_an_error_mid_stream_reaches_the_client_and_the_stream_ends(
 
 
 def test_client_disconnect_cancels_the_worker_request(worker: tuple[Running, Behaviour]) -> None:
-    worker[1].delay = 3.0
+    worker[1].hold = True
     fe = Frontend(RouteTable(model=PRIMARY, pools=[chat_pool(worker[0].url)]))
     try:
         gone = counter(fe, status="499")
-        with pytest.raises(httpx.ReadTimeout):
-            post(fe, {"model": PRIMARY, "messages": messages()}, timeout=0.5)
+        chat = {"model": PRIMARY, "messages": messages()}
+        rawhttp.leave(httpx.Request("POST", f"{fe.url}/v1/chat/completions", json=chat),
+                      reached=lambda: worker[1].in_flight == 1)  # fmt: skip
         deadline = time.monotonic() + 3
         while worker[1].cancelled == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
