@@ -163,3 +163,24 @@ def test_a_change_to_a_wrappers_own_go_code_names_a_new_cache_entry(
     (wrapper / "main.go").write_text("package main // one more plugin\n")
     assert entry() != before
     assert entry().startswith(f"coredns-{toolchain.COREDNS.version}-")
+
+
+def test_a_bumped_indirect_dependency_names_a_new_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool's own version is unchanged, but go.sum pins another `golang.org/x/net` (an
+    advisory's fix, say): the binary links it, so it is built afresh."""
+    wrapper = tmp_path / "etcd"
+    wrapper.mkdir()
+    for name in ("go.mod", "go.sum"):
+        (wrapper / name).write_text((toolchain.TOOLS / "etcd" / name).read_text())
+    monkeypatch.setattr(toolchain, "TOOLS", tmp_path)
+
+    def entry() -> str:
+        return toolchain.Tool("etcd", toolchain.ETCD.module, {"etcd": "."}).dir.name
+
+    before = entry()
+    with (wrapper / "go.sum").open("a") as f:
+        f.write("golang.org/x/net v9.9.9 h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n")
+    assert entry() != before
+    assert entry().startswith(f"etcd-{toolchain.ETCD.version}-")

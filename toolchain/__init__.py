@@ -5,8 +5,8 @@ CoreDNS, KEDA, kube-router, Flux's controllers, promtool and actionlint are comp
 modules fetched through the module proxy. Each tool's version is pinned by its wrapper
 module, ``tools/<tool>/go.mod`` in this package; the build lands in
 ``$TESTBED_CACHE/<tool>-<version>-<digest>/`` (default
-``~/.cache/transcription-operator/testbed``), where the digest names the build flags, and is
-reused until the pin or the flags change.
+``~/.cache/transcription-operator/testbed``), where the digest names the build flags and the
+wrapper's files (go.mod, go.sum, its Go code), and is reused until one of them changes.
 
 The test bed (``testbed``), the release scripts (``release``, ``charts``) and the suites that
 run a checker (``testkit.tools``) find their binaries here. Only the standard library is
@@ -119,13 +119,17 @@ class Tool:
 
     @cached_property
     def dir(self) -> Path:
-        """The cache entry: the pinned version, plus a digest of the build flags so that a
-        changed recipe rebuilds."""
+        """The cache entry: the pinned version, plus a digest of the recipe so that any
+        change to it rebuilds: the build flags, and the wrapper's files whole (go.mod and
+        go.sum pin every module of the build, indirect ones included, so that a bumped
+        `golang.org/x/net` is a new binary too; CoreDNS' main.go lists its plugins)."""
         recipe = ldflags(self) + (f"|tags={','.join(self.tags)}" if self.tags else "")
-        recipe += "".join(f"|{m}@{pinned_version(self.gomod, m)}" for m in self.also)
-        recipe += "".join(  # the wrapper's own Go code (CoreDNS' plugin list)
+        wrapper = TOOLS / self.name
+        recipe += "".join(
             f"|{p.name}@{hashlib.sha256(p.read_bytes()).hexdigest()}"
-            for p in sorted((TOOLS / self.name).rglob("*.go"))
+            for p in sorted(
+                [*wrapper.rglob("*.go"), *wrapper.glob("go.mod"), *wrapper.glob("go.sum")]
+            )
         )
         if self.trim:
             recipe += f"|{self.trim.module}:{self.trim.recipe}"
