@@ -1,4 +1,4 @@
-"""A quiet tenant beside a noisy one, for the fairness test and benchmark: the quiet tenant's
+"""A quiet tenant beside a noisy one, for the fairness benchmark (`python -m bench gateway`): the quiet tenant's
 latencies alone and while a noisy tenant keeps many requests waiting for the same pool, and
 what the noisy tenant was answered.
 

@@ -88,6 +88,15 @@ class Frontend:
         return total
 
 
+def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    """Poll `check` until it holds; past `timeout` seconds, fail saying `what` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 def multipart(fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None
               ) -> list[tuple[str, Any]]:  # fmt: skip
     """Every field as a multipart part, in order (as the OpenAI SDK sends them), then the

@@ -27,6 +27,7 @@ from testkit.frontend import (
     assert_still_serving,
     error,
     sse_events,
+    wait_until,
 )
 from testkit.frontend import pool as pool_route
 from testkit.host import free_port
@@ -37,14 +38,6 @@ from transcription_api.routes import RouteTable
 
 HELD = "transcription_frontend_held_requests"
 REJECTIONS = "transcription_frontend_hold_rejections_total"
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from testkit.audio import tone_wav
-from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool
+from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool, wait_until
 from testkit.host import free_port
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
@@ -268,14 +268,6 @@ def ref(pool: str = "batch", target: str = "2", rate: str | None = "3") -> pb.Sc
         scalerMetadata={"scalerAddress": "whisper.speech:9090", "pool": pool,
                         "targetQueueSeconds": target, **rated},
     )  # fmt: skip
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def held(fe: Frontend) -> int:
