@@ -1,6 +1,6 @@
-"""A quiet tenant beside a noisy one, for the fairness benchmark (`python -m bench gateway`): the quiet tenant's
-latencies alone and while a noisy tenant keeps many requests waiting for the same pool, and
-what the noisy tenant was answered.
+"""A quiet tenant beside a noisy one, for the fairness benchmark (`python -m bench gateway`):
+the quiet tenant's latencies alone and while a noisy tenant keeps many requests waiting for
+the same pool, and what the noisy tenant was answered.
 
 The quiet tenant sends one request at a time through the official SDK; the noisy one runs
 `clients` loops, each sending its next request as soon as the last is answered (after a
