@@ -91,7 +91,7 @@ def leave(request: httpx.Request, reached: Callable[[], bool], timeout: float = 
     workers have it): a client that leaves mid-request at a point the test chooses, rather
     than after a timeout that a loaded machine can outrun."""
     body = request.read()
-    head = f"POST {request.url.raw_path.decode()} HTTP/1.1\r\n" + "".join(
+    head = f"{request.method} {request.url.raw_path.decode()} HTTP/1.1\r\n" + "".join(
         f"{k}: {v}\r\n" for k, v in request.headers.items()
     )
     with connect(f"http://{request.url.host}:{request.url.port}") as s:
