@@ -11,16 +11,16 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import websockets
 from pydantic import ValidationError
 
-from testkit.frontend import FIXTURE_TEXT, PRIMARY, Frontend, error, pool
+from testkit.frontend import FIXTURE_TEXT, PRIMARY, Frontend, error, pool, wait_until
 from testkit.host import free_port
 from testkit.longaudio import bursts
 from testkit.otlp import Collector, Span, collector, tree
@@ -223,11 +223,15 @@ def test_a_retry_is_a_second_worker_span_and_a_hold_is_a_span(
     fe, tracer = traced(table, otlp)
     try:
         # The dead endpoint refuses; none is left, so the request is held, and tries it
-        # again after each backoff (0.1 s, doubling), until discovery brings the live one.
-        timer = threading.Timer(0.5, fe.endpoints, ("batch", [worker[0].url]))
-        timer.start()
-        r = fe.post({"model": "whisper-1"}, headers={"traceparent": TRACEPARENT})
-        timer.join()
+        # again after each backoff (0.1 s, doubling), until discovery brings the live one:
+        # once the request is held (a fixed delay could pass before it even arrived).
+        with ThreadPoolExecutor(1) as ex:
+            answer = ex.submit(
+                fe.post, {"model": "whisper-1"}, headers={"traceparent": TRACEPARENT}
+            )
+            wait_until(lambda: fe.gateway.holds.held("batch") == 1, timeout=30, what="the hold")
+            fe.endpoints("batch", [worker[0].url])
+            r = answer.result(timeout=30)
         assert r.status_code == 200, r.text
         spans = spans_until(otlp, tracer, lambda: roots(otlp) and otlp.trace(CLIENT_TRACE))
     finally:
