@@ -127,9 +127,7 @@ class Tool:
         wrapper = TOOLS / self.name
         recipe += "".join(
             f"|{p.name}@{hashlib.sha256(p.read_bytes()).hexdigest()}"
-            for p in sorted(
-                [*wrapper.rglob("*.go"), *wrapper.glob("go.mod"), *wrapper.glob("go.sum")]
-            )
+            for p in sorted([*wrapper.rglob("*.go"), *wrapper.glob("go.*")])  # go.mod, go.sum
         )
         if self.trim:
             recipe += f"|{self.trim.module}:{self.trim.recipe}"
