@@ -7,10 +7,9 @@
 // masktoken v0.10.0, http/fetch v0.30.1, cosign v3.1.4, ...: "This module version is not
 // available"). v1.9.6 builds from it with the one replace below, and with Go 1.26.
 //
-// Where KEDA's wrapper requires a module too, this one requires the same version (164 of
-// the 166 both need; Flux needs newer json-iterator and mapstructure): a first build
-// compiles them once, for KEDA, and Flux's build takes 138 s after it instead of 219 s
-// alone.
+// Every module that KWOK's or KEDA's wrapper requires too is at one version in the three
+// (`python -m toolchain.align` writes them; tests/test_align.py checks): a first build
+// compiles client-go, controller-runtime and what else they share once, for KWOK or KEDA.
 module transcription.dev/e2e/tools/flux
 
 go 1.26.0
