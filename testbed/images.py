@@ -507,7 +507,8 @@ def _build_missing(images: tuple[Image, ...]) -> None:
     if todo:  # what interrupted builds left behind holds their layers
         buildah("rm", "--all", capture=True, check=False)
     for n, image in enumerate(todo, 1):
-        about = steps.estimate(f"image {image.name}")
+        step = step_name(image, rebuild=bool(_other_tags(image)))
+        about = steps.estimate(step)
         say(f"[{n}/{len(todo)}] building {ref(image)}{f'; {about}' if about else ''}")
         start = time.monotonic()
         # A stale archive is never used again: drop it before the build, whose layers,
@@ -526,7 +527,7 @@ def _build_missing(images: tuple[Image, ...]) -> None:
                 # layers it shares with them (its dependencies) from them.
                 _drop_other_tags(image)
                 buildah("rmi", "--prune", capture=True, check=False)
-                _built(image, start, "(in the builder's store)")
+                _built(step, start, "(in the builder's store)")
                 continue
             part = tmp / "image.tar"
             buildah("push", "--quiet", ref(image), f"docker-archive:{part}:{ref(image)}")
@@ -534,27 +535,39 @@ def _build_missing(images: tuple[Image, ...]) -> None:
                 buildah("rmi", "--force", ref(image), capture=True)
                 buildah("rmi", "--prune", capture=True, check=False)
             part.rename(archive(image))
-        _built(image, start, f"-> {archive(image)}")
+        _built(step, start, f"-> {archive(image)}")
 
 
-def _built(image: Image, start: float, where: str) -> None:
+def step_name(image: Image, rebuild: bool) -> str:
+    """The build's name in `toolchain.steps`, whose last time is its next estimate: a
+    rebuild on an earlier build's cached layers (a change to the source: seconds) is timed
+    apart from a build of every layer (minutes)."""
+    return f"image {image.name}{' (on its cached layers)' if rebuild else ''}"
+
+
+def _built(step: str, start: float, where: str) -> None:
     """Say it, and record its time for the next build's estimate (toolchain.steps)."""
     took = time.monotonic() - start
-    steps.record(f"image {image.name}", took)
-    say(f"    {image.name} built in {took:.0f}s {where}")
+    steps.record(step, took)
+    say(f"    {step.removeprefix('image ')} built in {took:.0f}s {where}")
 
 
-def _drop_other_tags(image: Image) -> None:
-    """An image's earlier builds (another digest), and their build stages, leave the store."""
+def _other_tags(image: Image) -> list[str]:
+    """The image's earlier builds (another digest) in the builder's store, and their build
+    stages: the layer cache of its next build."""
     out = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
     current = (ref(image), build_stage_ref(image))
-    stale = [
+    return [
         r
         for r in out.split()
         if r.startswith((f"{REGISTRY}/{image.name}:", f"{REGISTRY}/{image.name}-build:"))
         and r not in current
     ]
-    if stale:
+
+
+def _drop_other_tags(image: Image) -> None:
+    """An image's earlier builds, and their build stages, leave the store."""
+    if stale := _other_tags(image):
         buildah("rmi", "--force", *stale, capture=True, check=False)
 
 

@@ -146,3 +146,17 @@ def test_the_command_line_refuses_what_it_does_not_know(
     assert "python -m toolchain.steps begin" in capsys.readouterr().err
     assert steps.main(["record", "environment .venv", "12"]) == 0
     assert json.loads(steps.LAST.read_text()) == {"environment .venv": 12}
+
+
+def test_an_image_rebuilt_on_its_cached_layers_is_estimated_apart_from_a_full_build() -> None:
+    """A change to the source rebuilds the frontend in seconds on its earlier build's layers;
+    its next full build (new dependencies, an emptied store) is still estimated in minutes."""
+    from testbed import images
+
+    full = images.step_name(images.FRONTEND, rebuild=False)
+    rebuild = images.step_name(images.FRONTEND, rebuild=True)
+    steps.record(full, 138)
+    steps.record(rebuild, 6)
+    assert steps.estimate(full) == "about 2 min (last time)"
+    assert steps.estimate(rebuild) == "about 6 s (last time)"
+    assert full == "image frontend"  # the typical fresh machine's figure still applies to it
