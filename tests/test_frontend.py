@@ -4,9 +4,9 @@ HTTP, with the official OpenAI client as the client."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from testkit.frontend import (
     error,
     pool,
     sse_events,
+    wait_until,
 )
 from testkit.host import free_port
 from testkit.longaudio import bursts
@@ -494,19 +495,25 @@ def test_a_worker_not_reachable_yet_is_tried_again_until_it_is(
     port = free_port()
     behaviour = Behaviour()
     later: list[Running] = []
-    timer = threading.Timer(2.5, lambda: later.append(start(vllm_app(SERVED, behaviour), port)))
     fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [f"http://127.0.0.1:{port}"])]))
     try:
         retries = fe.metric("transcription_frontend_retries_total", pool="batch")
-        timer.start()
-        r = fe.post({"model": PRIMARY})
+
+        def tried() -> float:
+            return fe.metric("transcription_frontend_retries_total", pool="batch") - retries
+
+        with ThreadPoolExecutor(1) as ex:
+            answer = ex.submit(fe.post, {"model": PRIMARY})
+            # More refusals than MAX_ATTEMPTS (EJECT_AFTER, then more after the ejection),
+            # and the request still waits: only then does the worker come up.
+            wait_until(lambda: tried() > forward.MAX_ATTEMPTS, timeout=60,
+                       what=f"over {forward.MAX_ATTEMPTS} refused attempts")  # fmt: skip
+            assert not answer.done(), answer.result()
+            later.append(start(vllm_app(SERVED, behaviour), port))
+            r = answer.result(timeout=60)
         assert r.status_code == 200, r.text
         assert len(behaviour.seen) == 1
-        # More refusals than MAX_ATTEMPTS: EJECT_AFTER, then more after the ejection.
-        tried = fe.metric("transcription_frontend_retries_total", pool="batch") - retries
-        assert tried > forward.MAX_ATTEMPTS, tried
     finally:
-        timer.cancel()
         fe.running.stop()
         for running in later:
             running.stop()
@@ -543,10 +550,17 @@ def test_an_unreachable_worker_that_discovery_removes_is_waited_for_like_any_hol
     dead = "http://127.0.0.1:9"
     fe = Frontend(RouteTable(model=PRIMARY, pools=[pool("batch", [dead])]))
     try:
-        threading.Timer(0.2, fe.endpoints, ("batch", [])).start()  # the pod is gone
-        threading.Timer(1.5, fe.endpoints, ("batch", [worker[0].url])).start()  # its successor
-        r = fe.post({"model": PRIMARY})
-        assert r.status_code == 200, r.text  # its successor only comes at 1.5 s, past the bound
+        with ThreadPoolExecutor(1) as ex:
+            answer = ex.submit(fe.post, {"model": PRIMARY})
+            wait_until(lambda: fe.gateway.holds.held("batch") == 1, timeout=30,
+                       what="the request held on the refused worker")  # fmt: skip
+            fe.endpoints("batch", [])  # the pod is gone
+            time.sleep(3 * forward.UNREACHED_SECONDS)  # at least: the bound is long past
+            assert not answer.done(), answer.result()  # still held, not failed at the bound
+            assert fe.gateway.holds.held("batch") == 1
+            fe.endpoints("batch", [worker[0].url])  # its successor
+            r = answer.result(timeout=30)
+        assert r.status_code == 200, r.text
     finally:
         fe.running.stop()
 

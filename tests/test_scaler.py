@@ -522,11 +522,14 @@ def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_ans
             assert fe.metric(BACKLOG, pool="batch", stage="arriving") == 0
             assert answer.result(timeout=10).status_code == 200
         assert fe.metric(BACKLOG, pool="batch", stage="in_flight") == 0
-        # 10 s of audio in the worker's 2 s (and the hops): about 5 s a second.
+        # 10 s of audio over the time the worker was busy with it: its 2 s, and the hops
+        # (however long a loaded machine makes them), so at most 5 s a second.
         rate = fe.metric("transcription_frontend_decode_rate", pool="batch")
-        assert 3.5 < rate <= 5.0, rate
         decoding = fe.gateway.load.local().pools["batch"].decoding
         assert decoding.decoded == pytest.approx(10.0, rel=0.01)
+        assert 0 < rate <= 5.0, rate
+        # Both sums decay alike: their ratio is still the rate the answer set.
+        assert rate == pytest.approx(decoding.decoded / decoding.busy, rel=0.01)
     finally:
         fe.running.stop()
 
