@@ -48,6 +48,8 @@ UV_VERSION := 0.13.9
 UV_HOME := $(ENVS)/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
 export UV_CACHE_DIR ?= $(ENVS)/uv-cache
+# The torch images install their packages with it, from its cache (testbed/images.py).
+export TESTBED_UV := $(UV)
 export UV_PYTHON_DOWNLOADS := never
 export UV_SYSTEM_CERTS := 1
 export UV_HTTP_TIMEOUT ?= 180

