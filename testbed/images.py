@@ -565,9 +565,9 @@ def _build_missing(images: tuple[Image, ...]) -> None:
 
 def step_name(image: Image, rebuild: bool) -> str:
     """The build's name in `toolchain.steps`, whose last time is its next estimate: a
-    rebuild on an earlier build's cached layers (a change to the source: seconds) is timed
-    apart from a build of every layer (minutes)."""
-    return f"image {image.name}{' (on its cached layers)' if rebuild else ''}"
+    rebuild, with an earlier build's layers in the builder's store (after a change to the
+    source, seconds), is timed apart from a first build (minutes)."""
+    return f"image {image.name}{' (rebuild)' if rebuild else ''}"
 
 
 def _built(step: str, start: float, where: str) -> None:
