@@ -270,10 +270,14 @@ def test_the_release_builds_every_dockerfile_of_the_repository() -> None:
 )
 def test_a_released_image_is_built_as_the_test_bed_builds_it(tb: testbed_images.Image) -> None:
     """What the tests ran is what ships: the same Dockerfile and build arguments (only the
-    base differs: the test bed's own Debian base, a release the Dockerfile's default)."""
+    base differs: the test bed's own Debian base, a release the Dockerfile's default; and
+    the installer: the test bed's torch images install the same requirements with its uv,
+    from the cache its environments filled, a release with the Dockerfile's pip)."""
     released = images.by_name(tb.name)
     assert released.dockerfile == tb.dockerfile
-    assert released.build_args == tb.build_args
+    installer = {"PIP_INSTALL": testbed_images.UV_PIP_INSTALL} if tb.base else {}
+    assert {**released.build_args, **installer} == tb.build_args
+    assert "PIP_INSTALL" not in released.build_args
 
 
 def test_an_image_built_for_amd64_only_says_why_and_a_multi_arch_one_has_a_multi_arch_base() -> (
