@@ -20,6 +20,7 @@ import pytest
 import websockets
 
 from testkit.audio import tone_wav
+from testkit.frontend import wait_until
 from testkit.processes import frontend
 from testkit.rawhttp import answer, connect, response, sent_until_closed
 from testkit.realtime import refusal
@@ -155,22 +156,42 @@ def test_junk_after_a_valid_form_is_cut_off_by_the_whole_body_cap(gateway: str) 
     still_serving(gateway)
 
 
-def test_requests_over_the_concurrency_limit_get_503_with_retry_after(gateway: str) -> None:
+@pytest.fixture
+def patient_gateway(worker: tuple[Running, Behaviour], tmp_path: Path) -> Iterator[str]:
+    """The module's limits, but a stalled body waits a minute, not a second: the uploads
+    that hold the slots must stay in flight however slowly a loaded machine gets to them."""
+    limits = LIMITS.model_copy(update={"body_timeout_seconds": 60})
+    url, proc = frontend(table(worker[0].url), tmp_path, limits=limits)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_requests_over_the_concurrency_limit_get_503_with_retry_after(
+    patient_gateway: str,
+) -> None:
+    gateway = patient_gateway
+    refused: list[httpx.Response] = []
+
+    def refuses() -> bool:
+        r = httpx.get(f"{gateway}/v1/models", timeout=30)
+        refused[:] = [r] if r.status_code == 503 else []
+        return bool(refused)
+
     held = []
     try:
         for _ in range(3):  # three slow uploads in flight: the limit
             s = connect(gateway)
             s.sendall(head(500_000))
             held.append(s)
-        time.sleep(0.3)
-        r = httpx.get(f"{gateway}/v1/models", headers=KEY)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1"
-        assert r.json()["error"]["code"] == "too_many_requests_in_flight"
+        wait_until(refuses, what="a request over the limit of 3 in flight to be refused")
+        assert refused[0].headers["retry-after"] == "1"
+        assert refused[0].json()["error"]["code"] == "too_many_requests_in_flight"
         assert httpx.get(f"{gateway}/ready").status_code == 200  # probes are exempt
     finally:
         for s in held:
             s.close()
-    time.sleep(0.3)
+    wait_until(lambda: not refuses(), what="the closed uploads' slots to be free again")
     still_serving(gateway)
 
 
