@@ -100,6 +100,23 @@ def wait_until(check: Callable[[], bool], timeout: float = 60.0, what: str = "")
         time.sleep(0.02)
 
 
+def answered_with(status: int, request: Callable[[], httpx.Response], what: str) -> httpx.Response:
+    """Send `request` again until it is answered `status`, and return that answer: for a
+    state the gateway reaches on its own time (uploads counted in flight, their slots freed
+    once they are closed), which a fixed pause would only guess at."""
+    got: list[httpx.Response] = []
+
+    def check() -> bool:
+        got[:] = [request()]
+        return got[0].status_code == status
+
+    try:
+        wait_until(check, what=f"{what} (status {status})")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last answer: {got[0].status_code} {got[0].text}") from None
+    return got[0]
+
+
 def multipart(fields: dict[str, Any] | list[tuple[str, str]], file: bytes | None
               ) -> list[tuple[str, Any]]:  # fmt: skip
     """Every field as a multipart part, in order (as the OpenAI SDK sends them), then the

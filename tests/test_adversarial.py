@@ -20,7 +20,7 @@ import pytest
 import websockets
 
 from testkit.audio import tone_wav
-from testkit.frontend import wait_until
+from testkit.frontend import answered_with
 from testkit.processes import frontend
 from testkit.rawhttp import answer, connect, response, sent_until_closed
 from testkit.realtime import refusal
@@ -67,9 +67,13 @@ def gateway(
 KEY = {"authorization": "Bearer k-good"}
 
 
+def transcription(url: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
+                      files={"file": ("a.wav", WAV)}, headers=KEY, timeout=30)  # fmt: skip
+
+
 def still_serving(url: str) -> None:
-    r = httpx.post(f"{url}/v1/audio/transcriptions", data={"model": "whisper-1"},
-                   files={"file": ("a.wav", WAV)}, headers=KEY, timeout=30)  # fmt: skip
+    r = transcription(url)
     assert r.status_code == 200, r.text
 
 
@@ -171,12 +175,9 @@ def test_requests_over_the_concurrency_limit_get_503_with_retry_after(
     patient_gateway: str,
 ) -> None:
     gateway = patient_gateway
-    refused: list[httpx.Response] = []
 
-    def refuses() -> bool:
-        r = httpx.get(f"{gateway}/v1/models", timeout=30)
-        refused[:] = [r] if r.status_code == 503 else []
-        return bool(refused)
+    def models() -> httpx.Response:
+        return httpx.get(f"{gateway}/v1/models", timeout=30)
 
     held = []
     try:
@@ -184,14 +185,14 @@ def test_requests_over_the_concurrency_limit_get_503_with_retry_after(
             s = connect(gateway)
             s.sendall(head(500_000))
             held.append(s)
-        wait_until(refuses, what="a request over the limit of 3 in flight to be refused")
-        assert refused[0].headers["retry-after"] == "1"
-        assert refused[0].json()["error"]["code"] == "too_many_requests_in_flight"
+        r = answered_with(503, models, "a request over the limit of 3 in flight")
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "too_many_requests_in_flight"
         assert httpx.get(f"{gateway}/ready").status_code == 200  # probes are exempt
     finally:
         for s in held:
             s.close()
-    wait_until(lambda: not refuses(), what="the closed uploads' slots to be free again")
+    answered_with(200, models, "the closed uploads' slots free again")
     still_serving(gateway)
 
 
@@ -305,8 +306,8 @@ def test_many_hostile_connections_at_once_leave_good_requests_served(gateway: st
         time.sleep(0.2)
         r = httpx.get(f"{gateway}/health")
         assert r.status_code == 200 and json.loads(r.text)["status"] == "ok"
-        time.sleep(2)  # the hostile ones timed out: the gateway is free again
-        still_serving(gateway)
+        # The hostile ones time out (bodyTimeoutSeconds: 1): the gateway is free again.
+        answered_with(200, lambda: transcription(gateway), "the gateway once they timed out")
     finally:
         stop.set()
         for s in sockets:

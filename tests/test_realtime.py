@@ -417,7 +417,11 @@ def test_a_client_that_vanishes_mid_turn_leaks_no_session_or_worker_request(
             await stream(conn, pcm(SENTENCES[0], speech_dir))
             await conn.send({"type": "input_audio_buffer.commit"})
             await until(conn, "conversation.item.added")
-            await asyncio.sleep(0.5)  # the turn reached the worker
+            for _ in range(3000):  # until the turn reaches the worker (60 s at most)
+                if behaviour.in_flight:
+                    break
+                await asyncio.sleep(0.02)
+            assert behaviour.in_flight, "the turn never reached the worker"
 
     run(scenario())
     assert run(_settle(fe, behaviour)), "a session or a worker request is still open"
@@ -425,7 +429,7 @@ def test_a_client_that_vanishes_mid_turn_leaks_no_session_or_worker_request(
 
 
 async def _settle(fe: Frontend, worker: Behaviour) -> bool:
-    for _ in range(50):
+    for _ in range(600):  # 60 s at most: only a failure waits that long
         if fe.metric("transcription_frontend_realtime_sessions") == 0 and worker.in_flight == 0:
             return True
         await asyncio.sleep(0.1)

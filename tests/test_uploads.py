@@ -19,6 +19,7 @@ import pytest
 from starlette.types import Message
 
 from testkit.audio import tone_wav
+from testkit.frontend import answered_with
 from testkit.processes import frontend
 from testkit.rawhttp import connect, parse, trickle
 from testkit.standins import Behaviour, Running, start, vllm_app
@@ -86,7 +87,6 @@ def slow_uploads(url: str, key: str | None, n: int) -> list[socket.socket]:
         s = connect(url)
         s.sendall(head(1_000_000, key))
         held.append(s)
-    time.sleep(0.3)  # each is past its key check, reading its body
     return held
 
 
@@ -102,26 +102,31 @@ def test_one_key_cannot_hold_every_upload_slot(worker: Running, tmp_path: Path) 
     with gateway(worker, tmp_path) as url:
         held = slow_uploads(url, "k-a", PER_KEY)
         try:
-            assert_too_many_uploads(transcribe(url, "k-a"))
+            # Refused once each upload is past its key check, reading its body:
+            assert_too_many_uploads(
+                answered_with(429, lambda: transcribe(url, "k-a"), "k-a's next upload")
+            )
             assert transcribe(url, "k-b").status_code == 200
         finally:
             for s in held:
                 s.close()
-        time.sleep(0.3)
-        assert transcribe(url, "k-a").status_code == 200
+        answered_with(200, lambda: transcribe(url, "k-a"), "k-a's upload once its others closed")
 
 
 def test_without_keys_the_cap_is_per_client_address(worker: Running, tmp_path: Path) -> None:
     with gateway(worker, tmp_path, keys=False) as url:
         held = slow_uploads(url, None, PER_KEY)
         try:
-            assert_too_many_uploads(transcribe(url, None))
+            assert_too_many_uploads(
+                answered_with(429, lambda: transcribe(url, None), "this address's next upload")
+            )
             assert transcribe(url, None, source="127.0.0.2").status_code == 200
         finally:
             for s in held:
                 s.close()
-        time.sleep(0.3)
-        assert transcribe(url, None).status_code == 200
+        answered_with(
+            200, lambda: transcribe(url, None), "this address's upload once its others closed"
+        )
 
 
 def test_a_steady_trickle_above_the_minimum_rate_is_cut_by_its_lengths_deadline(

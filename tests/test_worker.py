@@ -18,6 +18,7 @@ import pytest
 
 from testbed.kube import wait_for
 from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
+from testkit.frontend import wait_until
 from testkit.standins import Running, start
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
@@ -288,14 +289,19 @@ def test_a_disconnected_client_is_dropped_from_the_queue(
     wav = next(iter(clips.values())).read_bytes()
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         busy = ex.submit(post, worker, None, tone_wav(20))
-        time.sleep(0.5)
+        wait_until(lambda: running(worker) >= 1, what="the long request decoding")
         with pytest.raises(httpx.ReadTimeout):
             post(worker, None, data=wav, timeout=0.8)
         assert busy.result().status_code == 200
-    deadline = time.monotonic() + 5
-    while metrics.CANCELLED._value.get() == before and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: metrics.CANCELLED._value.get() != before, what="the cancellation counted")
     assert metrics.CANCELLED._value.get() == before + 1
+
+
+def running(worker: Running) -> float:
+    """Requests the worker is decoding now, as its metrics say."""
+    text = httpx.get(f"{worker.url}/metrics", timeout=30).text
+    lines = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
 # --------------------------------------------------------------------------- batching
