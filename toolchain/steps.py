@@ -103,12 +103,32 @@ def total(names: list[str]) -> str:
     return f"about {_minutes(sum(k[0] for k in known if k))} in all"
 
 
+# The run a process belongs to: `make test` sets it for every command it starts, so that
+# another command (a `make -n test`, a `pytest` in another checkout) can neither add to
+# this run's record nor end it.
+RUN_ENV = "STEPS_RUN"
+
+
+def _run_id() -> str:
+    return os.environ.get(RUN_ENV, "")
+
+
+def _ours() -> bool:
+    """A run began (`begin`), and it is this process's run."""
+    try:
+        with RUN.open() as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and first.get("run", "") == _run_id()
+
+
 def record(name: str, seconds: float, state: str = "built", kind: str = "build") -> None:
     """Note a step in this run's record (`kind`: "make" for make's own steps, "build" for
     the builds inside them); a step that did its work also sets its estimate."""
     try:
         HERE.mkdir(parents=True, exist_ok=True)
-        if RUN.exists():  # a run that began (`make test`); other commands set estimates only
+        if _ours():  # this process's run began (`make test`); others set estimates only
             with RUN.open("a") as f:
                 f.write(json.dumps({"step": name, "seconds": round(seconds, 1), "state": state,
                                     "kind": kind, "at": time.time()}) + "\n")  # fmt: skip
@@ -123,8 +143,9 @@ def record(name: str, seconds: float, state: str = "built", kind: str = "build")
 
 
 def begin() -> None:
+    """A new run's record, for the commands that carry its ID (`RUN_ENV`)."""
     HERE.mkdir(parents=True, exist_ok=True)
-    RUN.write_text(json.dumps({"begin": time.time()}) + "\n")
+    RUN.write_text(json.dumps({"begin": time.time(), "run": _run_id()}) + "\n")
 
 
 def steps() -> tuple[float | None, float | None, list[dict[str, object]]]:
@@ -189,8 +210,9 @@ def _secs(step: dict[str, object]) -> float:
 
 
 def end() -> None:
-    """The run is over: its record is printed and kept as the last run's."""
-    if RUN.exists():
+    """The run is over: its record is printed and kept as the last run's (another run's
+    record is left to that run)."""
+    if _ours():
         with RUN.open("a") as f:
             f.write(json.dumps({"end": time.time()}) + "\n")
         RUN.replace(DONE)
