@@ -110,6 +110,11 @@ class Tool:
         return (self.module, *self.also)
 
     @property
+    def tag_flags(self) -> list[str]:
+        """The `go` command's flags for the build tags (none without tags)."""
+        return ["-tags", ",".join(self.tags)] if self.tags else []
+
+    @property
     def gomod(self) -> Path:
         return TOOLS / self.name / "go.mod"
 
@@ -368,8 +373,7 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
         # One package: name the output; several: `go build` names each after its package.
         out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
         cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t)]
-        if t.tags:
-            cmd += ["-tags", ",".join(t.tags)]
+        cmd += t.tag_flags
         if t.trim:
             cmd += ["-modfile", str(_trimmed(t, t.trim, tmp))]
         cmd += ["-o", out, *(t.binaries[b] for b in names)]

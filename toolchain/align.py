@@ -65,7 +65,7 @@ def build_list(tool: Tool) -> dict[str, Selected]:
     its module graph is never compiled: raising it would share nothing)."""
     fmt = "{{with .Module}}{{.Path}} {{.Version}}{{with .Replace}} {{.Path}} {{.Version}}{{end}}{{end}}"
     out = subprocess.run(
-        ["go", "list", "-mod=mod", "-deps", "-f", fmt, *_tags(tool), *tool.binaries.values()],
+        ["go", "list", "-mod=mod", "-deps", "-f", fmt, *tool.tag_flags, *tool.binaries.values()],
         cwd=TOOLS / tool.name, env=go_env(), capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     selected: dict[str, Selected] = {}
@@ -93,10 +93,6 @@ def declared(tool: Tool) -> dict[str, Selected]:
         if new["Path"] == old["Path"] and new.get("Version") and not old.get("Version"):
             pins[old["Path"]] = Selected(new["Version"], True)
     return pins
-
-
-def _tags(tool: Tool) -> list[str]:
-    return ["-tags", ",".join(tool.tags)] if tool.tags else []
 
 
 def pinned(path: str, selected: Selected) -> bool:
@@ -166,7 +162,7 @@ def _edit(tool: Tool, pins: dict[str, Selected], up: dict[str, tuple[str, str]])
 def _fill_sums(tool: Tool) -> None:
     """Load the binaries' packages once, so that go.sum names every module the build reads
     (a build that had to add one would change the cache entry's name mid-run)."""
-    subprocess.run(["go", "list", "-mod=mod", "-deps", *_tags(tool), *tool.binaries.values()],
+    subprocess.run(["go", "list", "-mod=mod", "-deps", *tool.tag_flags, *tool.binaries.values()],
                    cwd=TOOLS / tool.name, env=go_env(), capture_output=True, check=True)  # fmt: skip
 
 
