@@ -332,16 +332,14 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
         # the 3 s a second the trigger says a replica decodes (nothing measured yet): 4 s
         # of one replica's work (once its peer's report, cached for a second, is fresh).
         for s in scalers:
-            wait_until(lambda s=s: s.value(ref()) == 4, timeout=3, what="the total of 4")
+            wait_until(lambda s=s: s.value(ref()) == 4, what="the total of 4")
             assert s.is_active(ref(), timeout=5).result
         # A new pod becomes ready: everything is served, and the load goes back to 0.
         for fe in (a, b):
             fe.endpoints("batch", [slow[0].url])
         slow[1].hold = False
         assert [f.result(timeout=20).status_code for f in done] == [200] * 4
-    wait_until(
-        lambda: all(s.value(ref()) == 0 for s in scalers), timeout=3, what="the load to drain"
-    )
+    wait_until(lambda: all(s.value(ref()) == 0 for s in scalers), what="the load to drain")
     assert not scalers[1].is_active(ref(), timeout=5).result
 
 
@@ -392,12 +390,12 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
             assert pushed[1][1] is True and pushed[1][0] - sent < 0.9  # not at the next 1 s tick
             a.endpoints("batch", [slow[0].url])
             assert first.result(timeout=10).status_code == 200
-            wait_until(lambda: len(pushed) == 3, timeout=3, what="the idle push")
+            wait_until(lambda: len(pushed) == 3, what="the idle push")
             assert pushed[2][1] is False
             # A request held on the other replica reaches this stream within a tick or two.
             sent = time.monotonic()
             second = ex.submit(b.post, {"model": PRIMARY})
-            wait_until(lambda: len(pushed) == 4, timeout=6, what="the peer's demand")
+            wait_until(lambda: len(pushed) == 4, what="the peer's demand")
             assert pushed[3][1] is True and pushed[3][0] - sent < 4
             b.endpoints("batch", [slow[0].url])
             assert second.result(timeout=10).status_code == 200
@@ -435,7 +433,7 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
             # Without a rate in the trigger, the engine's default: vLLM continuous, 20.
             assert s.value(ref(rate=None)) == pytest.approx(3 / 20)
             assert served.result(timeout=10).status_code == 200
-        wait_until(lambda: s.value(ref()) == 0, timeout=3, what="the level to fade")
+        wait_until(lambda: s.value(ref()) == 0, what="the level to fade")
     finally:
         fe.running.stop()
 
