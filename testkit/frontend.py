@@ -58,7 +58,10 @@ class Frontend:
             table_path.write_text(table.dumps())
         self.gateway = Gateway(router=self.router, settings=self.settings, table_path=table_path,
                                tracer=tracer or Tracer())  # fmt: skip
-        self.running: Running = start(create_app(self.gateway))
+        # No keepalive pings on realtime sessions: the test's own event loop answers them, and
+        # under a cold `make test`'s load its process went unscheduled past uvicorn's 20 s, so
+        # that a session was closed with 1011 mid-test. The tests bound their waits themselves.
+        self.running: Running = start(create_app(self.gateway), ws_ping_interval=None)
         self.url = self.running.url
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
 

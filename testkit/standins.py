@@ -475,12 +475,14 @@ class Running:
         self.thread.join(timeout=10)
 
 
-def start(app: Any, port: int | None = None) -> Running:
+def start(app: Any, port: int | None = None, **more: Any) -> Running:
+    """`app` served by uvicorn in a thread of this process; `more`: more of uvicorn's
+    settings."""
     port = port or free_port()
     # A bounded graceful shutdown: a test that fails with requests still open (held by a
     # frontend, say) must not wait for them.
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=5)  # fmt: skip
+                            timeout_graceful_shutdown=5, **more)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
