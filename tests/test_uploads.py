@@ -54,10 +54,11 @@ def table(url: str) -> RouteTable:
 
 
 @contextlib.contextmanager
-def gateway(worker: Running, d: Path, keys: bool = True) -> Iterator[str]:
+def gateway(worker: Running, d: Path, keys: bool = True, limits: FrontendLimits = LIMITS
+            ) -> Iterator[str]:  # fmt: skip
     if keys:
         (d / "keys").write_text("k-a\nk-b\n")
-    url, proc = frontend(table(worker.url), d, limits=LIMITS,
+    url, proc = frontend(table(worker.url), d, limits=limits,
                          api_keys_path=d / "keys" if keys else None)  # fmt: skip
     try:
         yield url
@@ -80,6 +81,11 @@ def head(length: int, key: str | None) -> bytes:
             + FORM_HEAD + WAV[:44])  # fmt: skip
 
 
+# For the uploads that hold their slots: a stalled body waits a minute, not 5 s, so that
+# they stay in flight however slowly a loaded machine gets to the request they crowd out.
+PATIENT = LIMITS.model_copy(update={"body_timeout_seconds": 60})
+
+
 def slow_uploads(url: str, key: str | None, n: int) -> list[socket.socket]:
     """`n` uploads of 1 MB that have sent their head and wait (each holds a slot)."""
     held = []
@@ -99,7 +105,7 @@ def assert_too_many_uploads(r: httpx.Response) -> None:
 def test_one_key_cannot_hold_every_upload_slot(worker: Running, tmp_path: Path) -> None:
     """A key with its cap of uploads in flight is refused the next one with 429 and
     Retry-After, while another key is served; once they end, it is served again."""
-    with gateway(worker, tmp_path) as url:
+    with gateway(worker, tmp_path, limits=PATIENT) as url:
         held = slow_uploads(url, "k-a", PER_KEY)
         try:
             # Refused once each upload is past its key check, reading its body:
@@ -114,7 +120,7 @@ def test_one_key_cannot_hold_every_upload_slot(worker: Running, tmp_path: Path) 
 
 
 def test_without_keys_the_cap_is_per_client_address(worker: Running, tmp_path: Path) -> None:
-    with gateway(worker, tmp_path, keys=False) as url:
+    with gateway(worker, tmp_path, keys=False, limits=PATIENT) as url:
         held = slow_uploads(url, None, PER_KEY)
         try:
             assert_too_many_uploads(
