@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from testbed.kube import wait_for
+from testkit import prom
 from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
 from testkit.frontend import wait_until
 from testkit.standins import Running, start
@@ -306,9 +307,8 @@ def test_a_disconnected_client_is_dropped_from_the_queue(
 
 def running(worker: Running) -> float:
     """Requests the worker is decoding now, as its metrics say."""
-    text = httpx.get(f"{worker.url}/metrics", timeout=30).text
-    lines = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running{")]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+    samples, _ = prom.parse(httpx.get(f"{worker.url}/metrics", timeout=30).text)
+    return sum(s.value for s in samples if s.name == "vllm:num_requests_running")
 
 
 # --------------------------------------------------------------------------- batching
