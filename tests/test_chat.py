@@ -20,6 +20,7 @@ from testkit import rawhttp
 from testkit.audio import convert, speak, tone_wav
 from testkit.frontend import (
     AUDIO_LM_MODEL,
+    PATIENCE,
     PRIMARY,
     RECORDED,
     RECORDED_DELTAS,
@@ -487,7 +488,7 @@ def test_a_chat_pool_at_zero_holds_the_request_until_a_worker_appears(
             assert fe.metric("transcription_frontend_held_bytes") == len(body)
             assert not answer.done()
             fe.endpoints("chat", [worker[0].url])
-            r = answer.result(timeout=10)
+            r = answer.result(timeout=PATIENCE)
         assert r.status_code == 200 and r.json()["model"] == PRIMARY
         assert fe.metric(held, pool="chat") == 0
     finally:

@@ -20,6 +20,7 @@ import pytest
 
 from testkit.frontend import (
     FIXTURE_TEXT,
+    PATIENCE,
     PRIMARY,
     SERVED,
     WAV,
@@ -88,7 +89,7 @@ def test_a_pool_at_zero_holds_the_request_until_an_endpoint_appears(
     assert not held.done()
     appeared = time.monotonic()
     fe.endpoints("batch", [worker[0].url])
-    assert held.result(timeout=10).text == FIXTURE_TEXT
+    assert held.result(timeout=PATIENCE).text == FIXTURE_TEXT
     # Woken by the discovery event itself, not by a polling loop.
     assert time.monotonic() - appeared < 0.5
     assert fe.metric(HELD, pool="batch") == 0
@@ -109,7 +110,7 @@ def test_hold_bounds_answer_503_with_retry_after_naming_the_bound(
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
     assert "1 request(s) already wait for one, the limit of held requests per pool" in error(r)["message"]  # fmt: skip
     # time: the first one gave up after its second
-    r = first.result(timeout=5)
+    r = first.result(timeout=PATIENCE)
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
     e = error(r)
     assert (e["type"], e["code"]) == ("service_unavailable", "no_ready_worker")
@@ -171,7 +172,7 @@ def test_the_only_worker_dying_holds_the_request_until_another_is_ready(
         wait_until(lambda: killed.connections == 1 and fe.metric(HELD, pool="batch") == 1,
                    what="the failed request to be held")  # fmt: skip
         fe.endpoints("batch", [worker[0].url])  # the pod restarted elsewhere
-        r = pending.result(timeout=10)
+        r = pending.result(timeout=PATIENCE)
         assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
     finally:
         killed.stop()
@@ -267,7 +268,7 @@ def test_a_terminating_endpoint_finishes_its_requests_and_gets_no_new_ones(
         for _ in range(3):
             assert fe.post({"model": PRIMARY}).status_code == 200
         assert (len(old_b.seen), len(new_b.seen)) == (1, 3)
-        assert in_flight.result(timeout=10).status_code == 200  # finished, not cut
+        assert in_flight.result(timeout=PATIENCE).status_code == 200  # finished, not cut
 
 
 # --------------------------------------------------------------------------- SIGTERM
@@ -319,9 +320,9 @@ def test_sigterm_forwards_held_requests_and_finishes_those_in_flight(
             proc.send_signal(signal.SIGTERM)
             wait_until(lambda: not _up(port), what="the frontend to stop accepting")
             write_routes(routes, [slow.url])  # a worker becomes ready during the shutdown
-            r = held.result(timeout=20)  # forwarded, then in flight for 2 s, then answered
+            r = held.result(timeout=PATIENCE)  # forwarded, then in flight for 2 s, then answered
             assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
-            assert proc.wait(timeout=15) in (0, -signal.SIGTERM)  # uvicorn re-raises it
+            assert proc.wait(timeout=PATIENCE) in (0, -signal.SIGTERM)  # uvicorn re-raises it
         finally:
             proc.kill()
 
@@ -339,11 +340,11 @@ def test_sigterm_answers_what_no_worker_takes_before_the_grace_period_ends(
         wait_until(lambda: held_on(port) == 1, what="the request to be held")
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        r = held.result(timeout=10)
+        r = held.result(timeout=PATIENCE)
         assert time.monotonic() - stopped < 3  # answered within the grace period
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert "before this frontend replica shut down; retry" in error(r)["message"]
-        assert proc.wait(timeout=10) in (0, -signal.SIGTERM)
+        assert proc.wait(timeout=PATIENCE) in (0, -signal.SIGTERM)
     finally:
         proc.kill()
 
@@ -362,7 +363,7 @@ def test_sigterm_ends_each_kept_alive_connection_after_an_answer_never_under_a_r
         proc = run_frontend(routes, port, shutdown_grace_seconds=10)
         url = f"http://127.0.0.1:{port}/v1/audio/transcriptions"
         try:
-            with httpx.Client(timeout=10) as http:
+            with httpx.Client(timeout=PATIENCE) as http:
 
                 def post() -> httpx.Response:
                     return http.post(url, files={"file": ("a.wav", WAV)}, data={"model": PRIMARY})
@@ -375,7 +376,7 @@ def test_sigterm_ends_each_kept_alive_connection_after_an_answer_never_under_a_r
                 stopped = time.monotonic()
                 assert last.status_code == 200 and last.json()["text"] == FIXTURE_TEXT
                 assert last.headers["connection"] == "close"
-                assert proc.wait(timeout=15) in (0, -signal.SIGTERM)
+                assert proc.wait(timeout=PATIENCE) in (0, -signal.SIGTERM)
                 assert time.monotonic() - stopped < 3  # not the whole 5 s window
                 with pytest.raises(httpx.ConnectError):
                     post()

@@ -29,6 +29,7 @@ from testkit.audio import tone_wav
 from testkit.frontend import (
     AUDIO_LM_MODEL,
     FIXTURE_TEXT,
+    PATIENCE,
     PRIMARY,
     WAV,
     Frontend,
@@ -308,7 +309,7 @@ def early_answer(url: str, model: str, headers: dict[str, str] | None = None,
     length = len(head) + file_bytes + len(tail)
     host_, port = url.removeprefix("http://").split(":")
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    with socket.create_connection((host_, int(port)), timeout=10) as s:
+    with socket.create_connection((host_, int(port)), timeout=PATIENCE) as s:
         s.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {host_}\r\n{extra}"
                    f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
                    f"Content-Length: {length}\r\n\r\n").encode() + head + b"\0" * 65536)  # fmt: skip

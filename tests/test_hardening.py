@@ -18,6 +18,7 @@ import pytest
 
 from testkit.frontend import (
     AUDIO_LM_MODEL,
+    PATIENCE,
     PRIMARY,
     WAV,
     Frontend,
@@ -245,7 +246,7 @@ def test_a_chat_body_is_refused_unread_when_no_pool_can_chat(frontend: Frontend)
     """The deployment has a vLLM pool only: the 400 comes before the body is read, so a
     client that declares 20 MB and sends none of it gets its answer at once."""
     host, port = frontend.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
+    with socket.create_connection((host, int(port)), timeout=PATIENCE) as s:
         s.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: 20000000\r\n\r\n"

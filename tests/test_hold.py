@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client import REGISTRY
 
+from testkit.frontend import PATIENCE
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.errors import APIError
 from transcription_api.frontend import HoldLimits
@@ -311,7 +312,7 @@ def test_a_busy_pools_free_slots_go_to_the_queued_requests_in_fair_order() -> No
         served: list[asyncio.Task[str | None]] = []
         for _ in range(3):
             router.release(URL, "a")  # the request at the worker ends: its slot is given
-            done, _ = await asyncio.wait({quiet, *noisy} - set(served), timeout=1,
+            done, _ = await asyncio.wait({quiet, *noisy} - set(served), timeout=PATIENCE,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             assert len(done) == 1 and done.pop().result() == URL
             served += [t for t in (quiet, *noisy) if t.done() and t not in served]

@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 from testkit.audio import SENTENCES, wer
-from testkit.frontend import PRIMARY, Frontend, pool
+from testkit.frontend import PATIENCE, PRIMARY, Frontend, pool
 from testkit.realtime import appends, conversation, pcm, refusal, server_event, silence, until
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
@@ -545,6 +545,6 @@ def test_sigterm_lets_a_turn_finish_then_closes_the_session_with_1001(
             kinds, code = run(scenario())
             assert "conversation.item.input_audio_transcription.completed" in kinds, kinds
             assert kinds[-1] == "conversation.item.done" and code == 1001, (kinds, code)
-            assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+            assert proc.wait(timeout=PATIENCE) in (0, -signal.SIGTERM)
         finally:
             proc.kill()

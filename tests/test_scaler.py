@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from testkit.audio import tone_wav
-from testkit.frontend import PRIMARY, SERVED, Frontend, endpoint_slice, pool, wait_until
+from testkit.frontend import PATIENCE, PRIMARY, SERVED, Frontend, endpoint_slice, pool, wait_until
 from testkit.host import free_port
 from testkit.standins import Behaviour, Running, serve, vllm_app
 from transcription_api.capabilities import Engine, Mode
@@ -253,7 +253,7 @@ class Scaler:
 
     def value(self, ref: pb.ScaledObjectRef) -> float:
         r = self.get_metrics(
-            pb.GetMetricsRequest(scaledObjectRef=ref, metricName="pool-batch"), timeout=5
+            pb.GetMetricsRequest(scaledObjectRef=ref, metricName="pool-batch"), timeout=PATIENCE
         )
         (v,) = r.metricValues
         # KEDA reads the float; the integer is for scalers that do not, rounded up.
@@ -307,11 +307,11 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
     for fe in (a, b):
         fe.gateway.work.smooth = 0.2
     scalers = [Scaler(fe.gateway.settings.scaler_port or 0) for fe in (a, b)]
-    spec = scalers[0].get_metric_spec(ref(target="2.5"), timeout=5)
+    spec = scalers[0].get_metric_spec(ref(target="2.5"), timeout=PATIENCE)
     assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in spec.metricSpecs] == [
         ("pool-batch", 2, 2.5)
     ]
-    assert not scalers[0].is_active(ref(), timeout=5).result
+    assert not scalers[0].is_active(ref(), timeout=PATIENCE).result
     assert scalers[0].value(ref()) == 0
 
     slow[1].hold = True  # in flight until the new pod below, however loaded the machine
@@ -333,14 +333,14 @@ def test_the_scaler_answers_with_the_load_of_every_frontend_replica(
         # of one replica's work (once its peer's report, cached for a second, is fresh).
         for s in scalers:
             wait_until(lambda s=s: s.value(ref()) == 4, what="the total of 4")
-            assert s.is_active(ref(), timeout=5).result
+            assert s.is_active(ref(), timeout=PATIENCE).result
         # A new pod becomes ready: everything is served, and the load goes back to 0.
         for fe in (a, b):
             fe.endpoints("batch", [slow[0].url])
         slow[1].hold = False
-        assert [f.result(timeout=20).status_code for f in done] == [200] * 4
+        assert [f.result(timeout=PATIENCE).status_code for f in done] == [200] * 4
     wait_until(lambda: all(s.value(ref()) == 0 for s in scalers), what="the load to drain")
-    assert not scalers[1].is_active(ref(), timeout=5).result
+    assert not scalers[1].is_active(ref(), timeout=PATIENCE).result
 
 
 def test_a_peer_that_does_not_answer_is_left_out(
@@ -357,7 +357,7 @@ def test_a_peer_that_does_not_answer_is_left_out(
         assert Scaler(a.gateway.settings.scaler_port or 0).value(ref()) == 1
         assert a.metric("transcription_frontend_peer_load_errors_total") >= 1
         b.endpoints("batch", [slow[0].url])
-        assert pending.result(timeout=10).status_code == 200
+        assert pending.result(timeout=PATIENCE).status_code == 200
 
 
 def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
@@ -389,7 +389,7 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
             wait_until(lambda: len(pushed) == 2, what="a push")
             assert pushed[1][1] is True and pushed[1][0] - sent < 0.9  # not at the next 1 s tick
             a.endpoints("batch", [slow[0].url])
-            assert first.result(timeout=10).status_code == 200
+            assert first.result(timeout=PATIENCE).status_code == 200
             wait_until(lambda: len(pushed) == 3, what="the idle push")
             assert pushed[2][1] is False
             # A request held on the other replica reaches this stream within a tick or two.
@@ -398,7 +398,7 @@ def test_stream_is_active_pushes_demand_at_once_and_idleness_after(
             wait_until(lambda: len(pushed) == 4, what="the peer's demand")
             assert pushed[3][1] is True and pushed[3][0] - sent < 4
             b.endpoints("batch", [slow[0].url])
-            assert second.result(timeout=10).status_code == 200
+            assert second.result(timeout=PATIENCE).status_code == 200
     finally:
         stream.cancel()
         reader.join(timeout=5)
@@ -429,10 +429,10 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
             nothing = {"arriving": 0.0, "queued": 0.0, "in_flight": 0.0, "spilled": 0.0}
             assert load["batch"]["audio"] == {**nothing, "spilled": 3.0}
             assert load["words"]["audio"] == {**nothing, "in_flight": 3.0}
-            assert s.value(ref()) == 1 and s.is_active(ref(), timeout=5).result
+            assert s.value(ref()) == 1 and s.is_active(ref(), timeout=PATIENCE).result
             # Without a rate in the trigger, the engine's default: vLLM continuous, 20.
             assert s.value(ref(rate=None)) == pytest.approx(3 / 20)
-            assert served.result(timeout=10).status_code == 200
+            assert served.result(timeout=PATIENCE).status_code == 200
         wait_until(lambda: s.value(ref()) == 0, what="the level to fade")
     finally:
         fe.running.stop()
@@ -441,21 +441,21 @@ def test_a_preferred_pool_at_zero_gets_the_demand_its_fallback_serves(
 def test_scaler_errors_say_what_is_wrong(two_frontends: tuple[Frontend, Frontend]) -> None:
     s = Scaler(two_frontends[0].gateway.settings.scaler_port or 0)
     with pytest.raises(grpc.RpcError) as e:
-        s.get_metric_spec(ref(target="zero"), timeout=5)
+        s.get_metric_spec(ref(target="zero"), timeout=PATIENCE)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details() == (
         "ScaledObject speech/whisper-batch: the trigger's `targetQueueSeconds` must be a "
         "number > 0 (seconds of work per replica), got 'zero'"
     )
     with pytest.raises(grpc.RpcError) as e:
-        s.is_active(ref(pool="words"), timeout=5)
+        s.is_active(ref(pool="words"), timeout=PATIENCE)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     assert "pool 'words' is not in the frontend's route table (pools: batch)" in e.value.details()
     # KEDA's optional StreamMetricSpec: UNIMPLEMENTED, on which KEDA falls back to polling.
     missing = s.channel.unary_stream(SERVICE + "StreamMetricSpec", pb.ScaledObjectRef.SerializeToString,
                                      pb.GetMetricSpecResponse.FromString)  # fmt: skip
     with pytest.raises(grpc.RpcError) as e:
-        list(missing(ref(), timeout=5))
+        list(missing(ref(), timeout=PATIENCE))
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert s.value(ref()) == 0  # still serving
     assert not math.isnan(s.value(ref()))
@@ -525,7 +525,7 @@ def test_an_upload_counts_while_it_arrives_and_measures_the_decode_rate_once_ans
             wait_until(lambda: slow[1].in_flight == 1, what="the request at the worker")
             assert fe.metric(BACKLOG, pool="batch", stage="in_flight") == 10.0
             assert fe.metric(BACKLOG, pool="batch", stage="arriving") == 0
-            assert answer.result(timeout=10).status_code == 200
+            assert answer.result(timeout=PATIENCE).status_code == 200
         assert fe.metric(BACKLOG, pool="batch", stage="in_flight") == 0
         # 10 s of audio over the time the worker was busy with it: its 2 s, and the hops
         # (however long a loaded machine makes them), so at most 5 s a second.
@@ -563,14 +563,14 @@ def test_behind_a_gateway_an_upload_counts_for_the_deployment_its_model_names(
             wait_until(lambda: arriving() == {"whisper/batch": 0, "tiny/batch": 6.0},
                        what="the upload counted for tiny")  # fmt: skip
             go.set()
-            assert answer.result(timeout=10).status_code == 200
+            assert answer.result(timeout=PATIENCE).status_code == 200
         body = multipart([], tone_wav(6.0), [("model", "whisper")])
         with stalled(fe, *body) as (go, answer):
             time.sleep(0.3)  # its header has arrived; which deployment it goes to, not yet
             assert arriving() == {"whisper/batch": 0, "tiny/batch": 0}
             sent = time.monotonic()
             go.set()
-            assert answer.result(timeout=10).status_code == 200
+            assert answer.result(timeout=PATIENCE).status_code == 200
         decoded = fe.gateway.load.local().pools["whisper/batch"].decoding.decoded
         assert decayed(6.0, since=sent) <= decoded <= 6.0
     finally:

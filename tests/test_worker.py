@@ -20,7 +20,7 @@ import pytest
 from testbed.kube import wait_for
 from testkit import prom
 from testkit.audio import SENTENCES, convert, speak, tone_wav, wer
-from testkit.frontend import wait_until
+from testkit.frontend import PATIENCE, wait_until
 from testkit.standins import Running, start
 from transcription_api.errors import APIError
 from transcription_api.params import parse_request
@@ -567,7 +567,7 @@ def test_a_worker_given_a_gpu_it_cannot_use_fails_its_startup_probe_with_the_rea
         assert r.status_code == 503 and r.json()["error"]["message"] == message
     finally:
         proc.terminate()
-        out, _ = proc.communicate(timeout=15)
+        out, _ = proc.communicate(timeout=PATIENCE)
     assert "CTranslate2 sees 0 CUDA device(s)" in out  # and the log says it too
 
 
