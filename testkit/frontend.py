@@ -94,15 +94,13 @@ class Frontend:
 # Seconds a test waits for what must come (an answer, a state, a process's exit): only a
 # failure waits it out. On two cores busy with the e2e suite and two more test processes, a
 # niced test process has gone unscheduled for 20 s (an in-process gateway's keepalive timed
-# out), and bounds of 5-10 s were overrun.
+# out), and bounds of 5-10 s were overrun (the fairness test's 5 s, in a cold `make test`).
 PATIENCE = 60.0
 
 
 def wait_until(check: Callable[[], bool], timeout: float = PATIENCE, what: str = "") -> None:
-    """Poll `check` until it holds; past `timeout` seconds, fail saying `what` was awaited.
-    The timeout only bounds a failure: it is long, since on two cores busy with the e2e
-    suite and two more test processes a request takes seconds to arrive (5 s was overrun:
-    the fairness test's sixth waiting request, in a cold `make test`)."""
+    """Poll `check` until it holds; past `timeout` seconds (`PATIENCE`), fail saying `what`
+    was awaited."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
