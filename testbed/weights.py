@@ -113,6 +113,9 @@ def _packed(model: Path, reference: str, path: str, tmp: Path) -> tuple[Path, st
         old.unlink()
     partial = tmp / f"{name}.tar"
     pinned = weights.pack(model, reference, path=path, archive=partial)
+    # The archive is the cache: the image leaves buildah's store (each pack is a new build,
+    # and the ones whose tag moved on stayed there, 15 GB of them on this machine).
+    subprocess.run(["buildah", "rmi", reference], capture_output=True, check=False)
     shutil.move(partial, archive)
     ref.write_text(pinned)  # last: an archive without it is packed again
     return archive, pinned

@@ -69,6 +69,8 @@ def test_the_same_files_are_packed_once_and_keep_their_digest(
     built_at = archive.stat().st_mtime_ns
     assert weights._packed(model, IMAGE, "tiny.en", tmp_path) == (archive, pinned)
     assert archive.stat().st_mtime_ns == built_at  # not packed again
+    # Only the archive is kept: nothing of it stays in buildah's store.
+    assert subprocess.run(["buildah", "inspect", IMAGE], capture_output=True).returncode != 0
 
 
 def test_a_changed_file_or_path_is_packed_again_and_the_older_archive_goes(
