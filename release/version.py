@@ -2,7 +2,7 @@
 
 ``pyproject.toml``'s ``project.version`` is the version. The chart's ``version`` and
 ``appVersion``, the image tags (the chart's default images, ``install.yaml``, the operator's
-defaults), the Python ``VERSION`` constants, the Dockerfiles' pins of the wheel they install,
+defaults), the Python ``VERSION`` constants, the CUDA Dockerfile's pin of the wheel it installs,
 the golden manifests and the docs repeat it; ``check`` finds them all and fails when one
 disagrees (``tests/test_release.py`` runs it), ``set`` stamps a new version into all of them
 (the release workflow runs it on a tag; a release PR runs it by hand). The registry the
@@ -61,12 +61,9 @@ class Place:
         return sorted({p for g in self.globs for p in root.glob(g)})
 
 
-DOCKERFILES = (
-    "operator/Dockerfile",
-    "frontend_image/Dockerfile",
-    "worker_image/Dockerfile.cpu",
-    "worker_image/Dockerfile.cuda",
-)
+# The Dockerfiles that pin the project's wheel they install (the others install the source
+# they copy, whatever its version).
+DOCKERFILES = ("worker_image/Dockerfile.cuda",)
 CHART = "charts/transcription-operator"
 PLACES = (
     Place((SOURCE,), r'^version = "(?P<version>[^"]*)"$', "project.version (the source)"),
@@ -106,7 +103,7 @@ PLACES = (
     Place(
         DOCKERFILES,
         r'"transcription-operator\[\w+\]==(?P<version>[^"\s]+)"',
-        "the Dockerfiles' pins of the project's wheel",
+        "the CUDA Dockerfile's pin of the project's wheel",
         at_least=len(DOCKERFILES),
     ),
     Place(("tests/golden/*.yaml",), IMAGE_REF, "the golden manifests' images"),

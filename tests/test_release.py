@@ -179,7 +179,7 @@ def test_stamping_writes_every_place_and_leaves_the_rest_alone(repo: Path) -> No
     changed = version.stamp("2.3.4-rc.5", "registry.example.com:5000/team", root=repo)
     assert version.check(repo) == []
     assert version.current(repo) == "2.3.4-rc.5"
-    # Every file of every place changed, except the Dockerfiles' pins... which changed too.
+    # Every file of every place changed.
     assert set(changed) == {f.path for f in version.find(repo)}
     after = snapshot(repo)
     old = version.current(ROOT)
@@ -271,11 +271,12 @@ def test_the_release_builds_every_dockerfile_of_the_repository() -> None:
 def test_a_released_image_is_built_as_the_test_bed_builds_it(tb: testbed_images.Image) -> None:
     """What the tests ran is what ships: the same Dockerfile and build arguments (only the
     base differs: the test bed's own Debian base, a release the Dockerfile's default; and
-    the installer: the test bed's torch images install the same requirements with its uv,
-    from the cache its environments filled, a release with the Dockerfile's pip)."""
+    the installer: the test bed installs the same requirements with its uv, from the cache
+    its environments filled, a release with the Dockerfile's pip)."""
     released = images.by_name(tb.name)
     assert released.dockerfile == tb.dockerfile
-    installer = {"PIP_INSTALL": testbed_images.UV_PIP_INSTALL} if tb.base else {}
+    uv = testbed_images.UV_PIP_INSTALL if tb.base else testbed_images.UV_SYSTEM_PIP_INSTALL
+    installer = {"PIP_INSTALL": uv}
     assert {**released.build_args, **installer} == tb.build_args
     assert "PIP_INSTALL" not in released.build_args
 
