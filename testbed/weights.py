@@ -17,6 +17,7 @@ image is imported in seconds instead of converted (6 s) and packed (7 s, idle ma
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -109,8 +110,9 @@ def _packed(model: Path, reference: str, path: str, tmp: Path) -> tuple[Path, st
     if archive.is_file() and ref.is_file():
         return archive, ref.read_text()
     CACHE.mkdir(parents=True, exist_ok=True)
-    for old in CACHE.glob(f"{name}-*"):
-        old.unlink()
+    for old in CACHE.glob(f"{name}-*"):  # this reference's, not another tag's with its prefix
+        if re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{16}}\.(tar|ref)", old.name):
+            old.unlink()
     partial = tmp / f"{name}.tar"
     pinned = weights.pack(model, reference, path=path, archive=partial)
     # The archive is the cache: the image leaves buildah's store (each pack is a new build,

@@ -88,6 +88,18 @@ def test_a_changed_file_or_path_is_packed_again_and_the_older_archive_goes(
     )
 
 
+def test_another_tag_whose_name_starts_with_this_ones_keeps_its_archive(
+    model: Path, tmp_path: Path, cache: Path
+) -> None:
+    longer = IMAGE + "-rc"  # testbed.local_weights_cache-test_v1-rc-<digest>.tar
+    kept, _ = weights._packed(model, longer, "tiny.en", tmp_path)
+    weights._packed(model, IMAGE, "tiny.en", tmp_path)
+    (model / "config.json").write_text("{}")
+    weights._packed(model, IMAGE, "tiny.en", tmp_path)  # removes its own older archive only
+    assert kept.is_file() and kept.with_suffix(".ref").is_file()
+    subprocess.run(["buildah", "rmi", longer], capture_output=True, check=False)
+
+
 def test_an_archive_whose_reference_was_never_written_is_packed_again(
     model: Path, tmp_path: Path, cache: Path
 ) -> None:
