@@ -14,9 +14,9 @@ No registry can be reached from this machine, so everything starts from Debian's
 
 The project's images live only in the builder's store, never as archives: each is streamed
 from the store into containerd (``buildah push`` to a pipe), so no multi-GB archive ever
-lands on disk, and their layers (with their Dockerfiles' ``build`` stages, tagged) are the
-cache of their next build (``--layers``): after a change to the source, only the steps from
-its ``COPY`` on run again. The other images (pause, and the add-ons' binaries) are cached as
+lands on disk, and their layers are the cache of their next build (``--layers``): after a
+change to the source, only the steps from its ``COPY`` on run again. They install their
+Python packages with uv from the host environments' cache (``PIP_INSTALL``; pip in a release). The other images (pause, and the add-ons' binaries) are cached as
 docker archives under ``$TESTBED_CACHE/images`` (small; the builder keeps only what they are
 built FROM). Every image is keyed by a digest of its Dockerfile, build arguments, base image
 and every source file it copies: a changed Dockerfile or source file rebuilds it (and gives
