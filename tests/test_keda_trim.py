@@ -95,10 +95,10 @@ def test_a_kept_file_the_source_lacks_is_refused_by_name(tmp_path: Path) -> None
 
 
 def test_another_choice_of_scalers_names_a_new_cache_entry() -> None:
-    assert toolchain.KEDA.trim is not None
-    other = dataclasses.replace(toolchain.KEDA.trim, recipe="trim=other")
-    assert dataclasses.replace(toolchain.KEDA, trim=other).dir != toolchain.KEDA.dir
-    assert dataclasses.replace(toolchain.KEDA, trim=None).dir != toolchain.KEDA.dir
+    (trim,) = toolchain.KEDA.trims
+    other = dataclasses.replace(trim, recipe="trim=other")
+    assert dataclasses.replace(toolchain.KEDA, trims=(other,)).dir != toolchain.KEDA.dir
+    assert dataclasses.replace(toolchain.KEDA, trims=()).dir != toolchain.KEDA.dir
     assert toolchain.KEDA.dir.name.startswith(f"keda-{toolchain.KEDA.version}-")
 
 

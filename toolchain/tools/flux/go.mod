@@ -1,6 +1,9 @@
 // Wrapper module: Flux's source-controller and kustomize-controller (Flux v2.9's), for the
 // test bed's GitOps e2e test (e2e/test_gitops_flux.py), which runs them as host processes
-// against a Git repository the test bed serves (testbed/gitops.py).
+// against a Git repository the test bed serves (testbed/gitops.py). toolchain/flux.py builds
+// them from trimmed copies of their sources and of github.com/fluxcd/pkg/auth (GitRepository
+// and Kustomization without cloud providers, SOPS, Helm, OCI or Bucket sources), each put in
+// by a replace in a copy of this file: the cloud SDKs required below are not built.
 //
 // v1.9.6, not v1.10.x: the module proxy serves v1.10.1 of both controllers but not all of
 // what they import (no version of github.com/fluxcd/pkg/spiffe, nor apis/crypto v0.5.0,
