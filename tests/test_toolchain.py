@@ -184,3 +184,24 @@ def test_a_bumped_indirect_dependency_names_a_new_cache_entry(
         f.write("golang.org/x/net v9.9.9 h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n")
     assert entry() != before
     assert entry().startswith(f"etcd-{toolchain.ETCD.version}-")
+
+
+def test_a_new_build_removes_the_tools_older_entries_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a tool's new entry is built, its older ones (another version, another recipe) go;
+    another tool's whose name starts with this one's (kube-router beside a `kube`) stays,
+    and so do folders that are not entries."""
+    monkeypatch.setattr(toolchain, "CACHE", tmp_path)
+    tool = toolchain.Tool("kube", "k8s.io/kubernetes", {"kubectl": "."})
+    monkeypatch.setattr(toolchain.Tool, "version", property(lambda self: "v1.36.3"))
+    current = tmp_path / "kube-v1.36.3-0123abcd"
+    monkeypatch.setattr(toolchain.Tool, "dir", property(lambda self: current))
+    older = [tmp_path / "kube-v1.36.3-ffffffff", tmp_path / "kube-v1.35.0-rc.1-00000000"]
+    kept = [current, tmp_path / "kube-router-v2.1.0-5d0b2b61", tmp_path / "kube-v1.36.3-notes"]
+    for d in (*older, *kept):
+        d.mkdir()
+        (d / "kubectl").write_bytes(b"x" * 1000)
+    assert toolchain.older_entries(tool) == sorted(older)
+    toolchain._drop_older(tool)
+    assert sorted(p for p in tmp_path.iterdir()) == sorted(kept)

@@ -405,6 +405,23 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
             (tmp / b).rename(t.path(b))
     steps.record(f"go {t.name}", time.monotonic() - start)
     say(f"    {t.name} {t.version} built in {time.monotonic() - start:.0f}s -> {t.dir}")
+    _drop_older(t)
+
+
+def older_entries(t: Tool) -> list[Path]:
+    """The cache's other entries of `t`: another version or recipe of the same tool (not
+    another tool's whose name starts with this one's)."""
+    entry = re.compile(rf"{re.escape(t.name)}-v[^/]+-[0-9a-f]{{8}}")
+    return sorted(p for p in CACHE.glob(f"{t.name}-v*") if p != t.dir and entry.fullmatch(p.name))
+
+
+def _drop_older(t: Tool) -> None:
+    """Remove `t`'s older cache entries once its new one is built: each change to a wrapper
+    or a trimming left one behind (Flux 183 MB, Kubernetes 467 MB)."""
+    for old in older_entries(t):
+        size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file() and not f.is_symlink())
+        say(f"    removing the older build {old.name} ({size / 1e6:.0f} MB)")
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _trimmed(t: Tool, tmp: Path) -> Path:
