@@ -353,9 +353,7 @@ def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
         and all(t.built for t in ALL_TOOLS)
         and not os.environ.get("TESTBED_KEEP_GO_CACHE")
     ):
-        size = sum(
-            f.stat().st_size for f in GO_CACHE.rglob("*") if f.is_file() and not f.is_symlink()
-        )
+        size = _bytes(GO_CACHE)
         say(f"every pinned tool is built: removing Go's caches ({size / 1e9:.1f} GB, {GO_CACHE})")
         subprocess.run(["go", "clean", "-modcache"], env=go_env(), capture_output=True, check=False)
         shutil.rmtree(GO_CACHE, ignore_errors=True)
@@ -419,9 +417,13 @@ def _drop_older(t: Tool) -> None:
     """Remove `t`'s older cache entries once its new one is built: each change to a wrapper
     or a trimming left one behind (Flux 183 MB, Kubernetes 467 MB)."""
     for old in older_entries(t):
-        size = sum(f.stat().st_size for f in old.rglob("*") if f.is_file() and not f.is_symlink())
-        say(f"    removing the older build {old.name} ({size / 1e6:.0f} MB)")
+        say(f"    removing the older build {old.name} ({_bytes(old) / 1e6:.0f} MB)")
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _bytes(tree: Path) -> int:
+    """The size of a folder's files (links not followed)."""
+    return sum(f.stat().st_size for f in tree.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def _trimmed(t: Tool, tmp: Path) -> Path:
