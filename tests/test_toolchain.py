@@ -205,3 +205,37 @@ def test_a_new_build_removes_the_tools_older_entries_only(
     assert toolchain.older_entries(tool) == sorted(older)
     toolchain._drop_older(tool)
     assert sorted(p for p in tmp_path.iterdir()) == sorted(kept)
+
+
+def test_the_compiler_flags_reach_go_and_name_the_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`go build` gets the flags: no DWARF anywhere, no inlining but in the standard library
+    (its pattern last: the last match wins). Other flags name another cache entry, so that a
+    binary built with the old ones is never taken for a new one."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    args = tmp_path / "args"
+    (fake / "go").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        [ "$1" = build ] || exit 0
+        printf '%s\\n' "$@" > {args}
+        while [ $# -gt 0 ]; do [ "$1" = -o ] && echo built > "$2"; shift; done
+        exit 0
+    """))  # fmt: skip
+    (fake / "go").chmod(0o755)
+    env = {**os.environ, "TESTBED_CACHE": str(tmp_path / "cache"),
+           "PATH": f"{fake}:{os.environ['PATH']}", "XDG_CACHE_HOME": str(tmp_path / "xdg")}  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "-c", "import toolchain; toolchain.build((toolchain.ACTIONLINT,))"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    argv = args.read_text().splitlines()
+    assert [a for a in argv if a.startswith("-gcflags")] == [
+        "-gcflags=all=-l -dwarf=false",
+        "-gcflags=std=-dwarf=false",
+    ]
+    before = toolchain.Tool("actionlint", toolchain.ACTIONLINT.module, {}).dir
+    monkeypatch.setattr(toolchain, "GC_FLAGS", ("-gcflags=all=-dwarf=false",))
+    assert toolchain.Tool("actionlint", toolchain.ACTIONLINT.module, {}).dir != before
