@@ -1,7 +1,9 @@
 """Where a long command's time goes, and how much of it is left.
 
 Each step of a first run (a Go build, an image, a Python environment, a test suite) records
-how long it took and whether it did its work or found it cached. The next run's progress
+how long it took and whether it did its work or found it cached, and `make test`'s own steps
+how busy they kept the CPUs (the whole machine's, from /proc/stat: the test bed's daemons
+and pods count too). The next run's progress
 lines estimate what is left from those times (`estimate`), or, on a machine that never ran
 one, from the times measured on a fresh 2-core machine (`TYPICAL`). `make test` starts a
 record (`begin`), times its own steps (`run`) and prints the record at its end (`report`),
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -43,11 +46,13 @@ LAST = HERE / "last.json"  # each step's time the last time it did its work
 # of 2026-12-02, issue 36; KEDA, CoreDNS and promtool as their builds took after the
 # aligned wrappers' first builds, toolchain.align, and the torch images with uv, on
 # 2026-12-06; Flux's trimmed build, toolchain/flux.py, scaled from it by its cold builds
-# side by side, 116 s against 217): the estimate before this machine has times of its own.
+# side by side, 116 s against 217; every Go build then scaled by its own time without DWARF or
+# inlining, toolchain.GC_FLAGS, over its time before, in two cold runs on one machine, 0.61
+# to 0.81): the estimate before this machine has times of its own.
 TYPICAL: dict[str, float] = {
-    "go kubernetes": 592, "go keda": 142, "go flux": 85, "go kube-router": 111,
-    "go kwok": 94, "go prometheus": 43, "go helm": 78, "go coredns": 15,
-    "go containerd": 73, "go etcd": 40, "go actionlint": 4,
+    "go kubernetes": 445, "go keda": 106, "go flux": 55, "go kube-router": 75,
+    "go kwok": 65, "go prometheus": 32, "go helm": 56, "go coredns": 9,
+    "go containerd": 48, "go etcd": 32, "go actionlint": 2,
     "image base": 166, "image frontend": 138, "image operator": 79, "image worker-cpu": 69,
     "image torch": 88, "image worker-transformers": 47, "image worker-vllm-cpu": 129,
 }  # fmt: skip
@@ -124,15 +129,21 @@ def _ours() -> bool:
     return isinstance(first, dict) and first.get("run", "") == _run_id()
 
 
-def record(name: str, seconds: float, state: str = "built", kind: str = "build") -> None:
+def record(
+    name: str, seconds: float, state: str = "built", kind: str = "build", busy: float | None = None
+) -> None:
     """Note a step in this run's record (`kind`: "make" for make's own steps, "build" for
-    the builds inside them); a step that did its work also sets its estimate."""
+    the builds inside them; `busy`: the CPUs' busy share while it ran); a step that did its
+    work also sets its estimate."""
     try:
         HERE.mkdir(parents=True, exist_ok=True)
         if _ours():  # this process's run began (`make test`); others set estimates only
+            entry = {"step": name, "seconds": round(seconds, 1), "state": state, "kind": kind,
+                     "at": time.time()}  # fmt: skip
+            if busy is not None:
+                entry["busy"] = round(busy, 3)
             with RUN.open("a") as f:
-                f.write(json.dumps({"step": name, "seconds": round(seconds, 1), "state": state,
-                                    "kind": kind, "at": time.time()}) + "\n")  # fmt: skip
+                f.write(json.dumps(entry) + "\n")
         if state in ("built", "done", "ran"):  # not when cached or failed
             last = _last()
             last[name] = round(seconds, 1)
@@ -143,38 +154,76 @@ def record(name: str, seconds: float, state: str = "built", kind: str = "build")
         print(f"[steps] not recorded ({e})", file=sys.stderr)
 
 
+# /proc/stat's first line: the CPU time of every CPU since boot, in clock ticks, by kind.
+PROC_STAT = Path("/proc/stat")
+_IDLE = (3, 4)  # idle, iowait: the CPUs had nothing to run
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """The machine's CPU time since boot, in CPU-seconds: (busy, busy and idle); None where
+    /proc/stat cannot be read."""
+    try:
+        fields = PROC_STAT.read_text().splitlines()[0].split()
+        ticks = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, IndexError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = sum(ticks[i] for i in _IDLE)
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
+def busy_share(before: object, after: object) -> float | None:
+    """The share of the CPUs' time that was busy between two `cpu_times` (None without
+    both, or with no time between them)."""
+    if not (isinstance(before, list | tuple) and isinstance(after, list | tuple)):
+        return None
+    total = float(after[1]) - float(before[1])
+    return (float(after[0]) - float(before[0])) / total if total > 0 else None
+
+
 def begin() -> None:
     """A new run's record, for the commands that carry its ID (`RUN_ENV`)."""
     HERE.mkdir(parents=True, exist_ok=True)
-    RUN.write_text(json.dumps({"begin": time.time(), "run": _run_id()}) + "\n")
+    RUN.write_text(json.dumps({"begin": time.time(), "run": _run_id(), "cpu": cpu_times()}) + "\n")
 
 
-def steps() -> tuple[float | None, float | None, list[dict[str, object]]]:
-    """This run's start (None without `begin`), its end (None while it runs) and its steps,
-    in order."""
-    start, stop, out = None, None, []
+@dataclass
+class Record:
+    """A run's record: its start (None without `begin`), its end (None while it runs), the
+    machine's `cpu_times` at each, and its steps in order."""
+
+    start: float | None = None
+    stop: float | None = None
+    cpu: tuple[object, object] = (None, None)
+    done: list[dict[str, object]] = field(default_factory=list)
+
+
+def steps() -> Record:
+    """This run's record (the last run's once it has ended)."""
+    out = Record()
     try:
         lines = (RUN if RUN.exists() else DONE).read_text().splitlines()
     except OSError:
-        return None, None, []
+        return out
     for line in lines:
         try:
             entry = json.loads(line)
         except ValueError:
             continue
         if "begin" in entry:
-            start = float(entry["begin"])
+            out.start, out.cpu = float(entry["begin"]), (entry.get("cpu"), out.cpu[1])
         elif "end" in entry:
-            stop = float(entry["end"])
+            out.stop, out.cpu = float(entry["end"]), (out.cpu[0], entry.get("cpu"))
         else:
-            out.append(entry)
-    return start, stop, out
+            out.done.append(entry)
+    return out
 
 
 def report(out: TextIO | None = None) -> str:
     """This run's steps: make's own in order, then the builds inside them, slowest first,
-    then the wall time since `begin`."""
-    start, stop, done = steps()
+    then the wall time since `begin` and how busy the CPUs were."""
+    rec = steps()
+    start, stop, done = rec.start, rec.stop, rec.done
     if not done:
         return ""
     width = max(len(str(s["step"])) for s in done) + 2
@@ -195,12 +244,16 @@ def report(out: TextIO | None = None) -> str:
                           suites[:SLOWEST])]:  # fmt: skip
         if group:
             lines.append(f"  {title}")
-            lines += [f"    {s['step']!s:<{width}}{_secs(s):7.0f} s  {s['state']}" for s in group]
+            lines += [f"    {s['step']!s:<{width}}{_secs(s):7.0f} s  {s['state']}{_busy(s)}"
+                      for s in group]  # fmt: skip
         if group is inner and cached:
             lines.append(f"  found cached: {', '.join(cached)}")
     if start is not None:
         wall = (stop or time.time()) - start
         lines.append(f"  wall time from the start: {wall:.0f} s ({wall / 60:.1f} min)")
+        share = busy_share(rec.cpu[0], rec.cpu[1] if stop else cpu_times())
+        if share is not None:
+            lines.append(f"  the CPUs were busy {share:.0%} of it (idle {1 - share:.0%})")
     text = "\n".join(lines)
     print(text, file=out or sys.stdout, flush=True)
     return text
@@ -210,12 +263,17 @@ def _secs(step: dict[str, object]) -> float:
     return float(str(step["seconds"]))
 
 
+def _busy(step: dict[str, object]) -> str:
+    busy = step.get("busy")
+    return f"  (CPUs {float(str(busy)):.0%} busy)" if busy is not None else ""
+
+
 def end() -> None:
     """The run is over: its record is printed and kept as the last run's (another run's
     record is left to that run)."""
     if _ours():
         with RUN.open("a") as f:
-            f.write(json.dumps({"end": time.time()}) + "\n")
+            f.write(json.dumps({"end": time.time(), "cpu": cpu_times()}) + "\n")
         RUN.replace(DONE)
     report()
 
@@ -223,10 +281,10 @@ def end() -> None:
 def _timed(name: str, command: list[str], out: BinaryIO | None = None) -> tuple[int, str, float]:
     """Run a step of make's (its output to `out`, else shown) and record it: its exit
     status, its state and its seconds."""
-    start = time.monotonic()
+    start, cpu = time.monotonic(), cpu_times()
     rc = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT if out else None)
     seconds, state = time.monotonic() - start, "done" if rc == 0 else f"failed ({rc})"
-    record(name, seconds, state, "make")
+    record(name, seconds, state, "make", busy_share(cpu, cpu_times()))
     return rc, state, seconds
 
 
