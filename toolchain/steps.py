@@ -194,7 +194,8 @@ class Record:
 
     start: float | None = None
     stop: float | None = None
-    cpu: tuple[object, object] = (None, None)
+    cpu_start: object = None  # `cpu_times` at the start, as the record holds it
+    cpu_stop: object = None
     done: list[dict[str, object]] = field(default_factory=list)
 
 
@@ -211,9 +212,9 @@ def steps() -> Record:
         except ValueError:
             continue
         if "begin" in entry:
-            out.start, out.cpu = float(entry["begin"]), (entry.get("cpu"), out.cpu[1])
+            out.start, out.cpu_start = float(entry["begin"]), entry.get("cpu")
         elif "end" in entry:
-            out.stop, out.cpu = float(entry["end"]), (out.cpu[0], entry.get("cpu"))
+            out.stop, out.cpu_stop = float(entry["end"]), entry.get("cpu")
         else:
             out.done.append(entry)
     return out
@@ -251,7 +252,7 @@ def report(out: TextIO | None = None) -> str:
     if start is not None:
         wall = (stop or time.time()) - start
         lines.append(f"  wall time from the start: {wall:.0f} s ({wall / 60:.1f} min)")
-        share = busy_share(rec.cpu[0], rec.cpu[1] if stop else cpu_times())
+        share = busy_share(rec.cpu_start, rec.cpu_stop if stop else cpu_times())
         if share is not None:
             lines.append(f"  the CPUs were busy {share:.0%} of it (idle {1 - share:.0%})")
     text = "\n".join(lines)
