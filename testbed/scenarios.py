@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import tempfile
 import threading
 import time
@@ -28,7 +29,7 @@ import testbed.realnode
 from testbed import faults, images
 from testbed.kube import SAMPLES, condition, create_namespace, td_get, wait_for
 from testbed.kubectl import Kubectl
-from testbed.load import Load, Outcome
+from testbed.load import Load, Outcome, failures
 from testbed.operators import operator_in_cluster
 from testkit.audio import wer
 from testkit.realtime import conversation, transcribe_turns, transcripts
@@ -38,6 +39,9 @@ NAME, POOL = "whisper-cpu", "cpu"
 RELEASE = "scaling-operator"
 DELAY = "20s"  # scaleDownDelay: short, so that scale-down is seen
 MAX = 2
+
+
+ANSWERED = re.compile(r" 200 [0-9.]+ms ")  # a frontend's log line of a request answered
 
 
 def resource(**pool: Any) -> dict[str, Any]:
@@ -133,6 +137,20 @@ class Scaling:
                 out.append("\n".join(said[-lines:]) or log.stderr.strip())
         return "\n".join(out)
 
+    def frontends(self, lines: int = 40) -> str:
+        """The last `lines` of each frontend pod's log (probes and metrics left out): what
+        a failed request of an event prints, so that its frontend's view is on record."""
+        out = []
+        for pod in self.pods("frontend"):
+            name = pod["metadata"]["name"]
+            log = self.kubectl.run("logs", "-n", self.namespace, name, "--tail=2000",
+                                   check=False)  # fmt: skip
+            said = [line for line in log.stdout.splitlines()
+                    if not any(p in line for p in ("/healthz", "/readyz", "/metrics"))
+                    and not ANSWERED.search(line)]  # fmt: skip
+            out.append(f"--- {name}\n" + ("\n".join(said[-lines:]) or log.stderr.strip()))
+        return "\n".join(out)
+
     def lease(self) -> tuple[str, datetime]:
         """The Lease's holder ('' while nobody holds it) and when it was last renewed."""
         out = self.kubectl.run("get", "lease", f"{self.release}-transcription-operator",
@@ -165,7 +183,10 @@ def _during(s: Scaling, event: str, clients: int, act: Callable[[], float | None
         settle = act()
         load.wait_for_successes(len(load.outcomes) + clients, timeout=180)
         t1 = time.monotonic()
-    return Result(event, load.between(t0, t1), t1 - t0, settle)
+    result = Result(event, load.between(t0, t1), t1 - t0, settle)
+    if failures(result.outcomes):  # what the frontends saw goes with the failure
+        result.notes["frontends"] = s.frontends()
+    return result
 
 
 def status_line(s: Scaling) -> str:

@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import math
+import re
 import signal
 import socket
 import subprocess
@@ -407,6 +408,8 @@ class RawWorker:
     - "partial": sends a 200 head and part of its body, then closes (killed mid-answer)
     - "silent": reads the request and never answers (hung)
     - "stall":  starts vLLM's recorded stream, sends its first event, then nothing (hung)
+    - "answer": reads the request, answers vLLM's recorded JSON (healthy again: `mode` is
+      read per connection, so a test can mend a worker)
     """
 
     def __init__(self, mode: str) -> None:
@@ -433,8 +436,16 @@ class RawWorker:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            await reader.readuntil(b"\r\n\r\n")
-            if self.mode == "partial":
+            head = await reader.readuntil(b"\r\n\r\n")
+            if self.mode == "answer":
+                length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                status, ctype, body = recording(VLLM, "json")
+                data = body.encode()
+                writer.write(f"HTTP/1.1 {status} OK\r\ncontent-type: {ctype}\r\n"
+                             f"content-length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
+                await writer.drain()
+            elif self.mode == "partial":
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                              b"content-length: 100\r\n\r\n{\"text\": \"par")  # fmt: skip
                 await writer.drain()
@@ -453,6 +464,10 @@ class RawWorker:
             writer.close()
 
     def stop(self) -> None:
+        """Stop serving: its port refuses from then on. Stopping it again does nothing."""
+        if not self._thread.is_alive():
+            return
+
         async def shutdown() -> None:
             tasks = asyncio.all_tasks() - {asyncio.current_task()}
             for t in tasks:

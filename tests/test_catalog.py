@@ -205,8 +205,9 @@ def test_slices_of_each_namespace_go_to_that_namespaces_pool() -> None:
     index.update("ADDED", slice_("elsewhere", "workers", "10.0.0.3"))
     assert router.endpoints("large/batch") == ["http://10.0.0.1:8000"]
     assert router.endpoints("tiny/batch") == ["http://10.0.0.2:8000"]
-    index.forget("drafts")
-    assert router.endpoints("tiny/batch") == ["http://10.0.0.2:8000"]  # only new slices change it
+    index.forget("drafts")  # no watch vouches for its endpoints any more
+    assert router.endpoints("tiny/batch") == []
+    assert router.endpoints("large/batch") == ["http://10.0.0.1:8000"]
     # A table that arrives after its Service's slices gets their endpoints at once.
     late = Routes(deployments=[*ROUTES.deployments, table("late", namespace="elsewhere")])
     router.set_routes(late)
@@ -237,7 +238,8 @@ def test_one_watch_per_namespace_the_tables_name_started_and_stopped_as_they_cha
         watches.sync({"gateway", *router.catalog.namespaces})
         assert sorted(watches.watching) == ["drafts", "gateway", "speech"]
         drafts = watches.watching["drafts"]
-        drafts._apply("ADDED", slice_(None, "workers", "10.0.0.2"))  # its namespace is the watch's
+        # its namespace is the watch's
+        drafts._deliver("ADDED", slice_(None, "workers", "10.0.0.2"))
         await asyncio.sleep(0.01)
         assert router.endpoints("tiny/batch") == ["http://10.0.0.2:8000"]
         router.set_routes(Routes(deployments=[ROUTES.deployments[0]]))
@@ -245,7 +247,7 @@ def test_one_watch_per_namespace_the_tables_name_started_and_stopped_as_they_cha
         assert sorted(watches.watching) == ["gateway", "speech"]
         # A late event of the stopped watch changes nothing.
         router.set_routes(ROUTES)
-        drafts._apply("ADDED", slice_(None, "workers", "10.0.0.9"))
+        drafts._deliver("ADDED", slice_(None, "workers", "10.0.0.9"))
         await asyncio.sleep(0.01)
         assert router.endpoints("tiny/batch") == []
         watches.stop()

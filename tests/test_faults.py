@@ -165,17 +165,63 @@ def test_the_only_worker_dying_holds_the_request_until_another_is_ready(
     pool: Callable[..., Frontend], worker: tuple[Running, Behaviour],
     ex: concurrent.futures.ThreadPoolExecutor,
 ) -> None:  # fmt: skip
+    """It closes the request's connection, then is gone (its port refuses), still listed:
+    the request keeps trying it, with a backoff, and is held, until discovery lists the
+    replacement."""
     killed = RawWorker("close")
     try:
         fe = pool([killed.url])
         pending = ex.submit(fe.post, {"model": PRIMARY})
-        wait_until(lambda: killed.connections == 1 and fe.metric(HELD, pool="batch") == 1,
-                   what="the failed request to be held")  # fmt: skip
+        wait_until(lambda: killed.connections >= 1, what="the first try")
+        killed.stop()
+        wait_until(lambda: fe.metric(HELD, pool="batch") == 1, what="the request to be held")
         fe.endpoints("batch", [worker[0].url])  # the pod restarted elsewhere
         r = pending.result(timeout=PATIENCE)
         assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
     finally:
         killed.stop()
+
+
+def test_the_only_worker_failing_once_is_tried_again_without_waiting_for_discovery(
+    pool: Callable[..., Frontend], ex: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """The pool's one endpoint closes a connection before answering, and stays listed and
+    ready: no discovery change is coming, so the request is not held until one is (until
+    the hold's timeout, 5 s here): it tries the endpoint again after a backoff."""
+    flaky = RawWorker("close")
+    try:
+        fe = pool([flaky.url], hold=HoldLimits(timeout_seconds=5))
+        pending = ex.submit(fe.post, {"model": PRIMARY})
+        wait_until(lambda: flaky.connections >= 1, what="the first try")
+        flaky.mode = "answer"  # the worker is fine again; its endpoint never changed
+        r = pending.result(timeout=PATIENCE)
+        assert r.status_code == 200 and r.json()["text"] == FIXTURE_TEXT
+        assert 2 <= flaky.connections <= 3
+    finally:
+        flaky.stop()
+
+
+def test_the_only_worker_closing_every_connection_fails_the_request_after_three_tries(
+    pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
+) -> None:
+    """A worker listed and ready that closes every connection: three tries (backing off),
+    then 503 naming what the worker did, well within the hold's timeout (30 s here)."""
+    broken = RawWorker("close")
+    try:
+        fe = pool([broken.url], hold=HoldLimits(timeout_seconds=30))
+        started = time.monotonic()
+        r = fe.post({"model": PRIMARY})
+        assert time.monotonic() - started < 15
+        assert r.status_code == 503, r.text
+        assert error(r)["message"] == (
+            "no worker could take the request (pools: batch): a worker of pool batch failed "
+            "before answering (ServerDisconnectedError)"
+        )
+        assert broken.connections == 3
+        fe.endpoints("batch", [worker[0].url])  # discovery replaces it
+        assert_still_serving(fe)
+    finally:
+        broken.stop()
 
 
 def test_a_worker_killed_mid_answer_is_retried_since_no_byte_reached_the_client(

@@ -5,10 +5,16 @@
   swaps ConfigMap volumes atomically, so a changed mtime or inode of the path means a new
   table).
 - Worker endpoints are either listed in the table (`static`, for local runs) or read from
-  the EndpointSlices of each pool's Service (`kubernetes`): a watch per namespace (RBAC is
-  granted per namespace), keeping the addresses that are ready and not terminating. The
-  frontend watches its own namespace (a one-deployment table's pools are there) and each
-  namespace a gateway's tables name, and starts and stops those watches as the tables change.
+  the EndpointSlices of each pool's Service (`kubernetes`): a list, then a watch from it, per
+  namespace (RBAC is granted per namespace), keeping the addresses that are ready and not
+  terminating. The frontend watches its own namespace (a one-deployment table's pools are
+  there) and each namespace a gateway's tables name, and starts and stops those watches as
+  the tables change.
+- A watch never goes quiet unnoticed: the API server ends each one after `WATCH_SECONDS`,
+  and a connection that sends nothing for `READ_SECONDS` (one that a paused API server or a
+  lost connection left hanging) is dropped; either way the namespace is listed again, and
+  the list replaces what the index had of it, so a slice deleted while no watch ran is
+  forgotten too (client-go's reflector does the same).
 - The frontend's peers (the other replicas behind its own Service, the settings' `peers_service`,
   in its own namespace) come from the same watch: they sum their load for the autoscaler
   (`load.py`).
@@ -33,6 +39,10 @@ from .routing import Router
 
 log = logging.getLogger("transcription_frontend.discovery")
 SERVICE_LABEL = "kubernetes.io/service-name"
+WATCH_SECONDS = 60  # the API server ends a watch after this (then: list, watch again)
+READ_SECONDS = WATCH_SECONDS + 15  # a watch that sends nothing for this long is dropped
+CONNECT_SECONDS = 10
+RETRY_SECONDS = 2.0  # after a failed list or watch
 
 
 def load_table(path: Path) -> RouteTable | Routes:
@@ -153,6 +163,24 @@ class SliceIndex:
         self._slices: dict[tuple[str, str], dict[str, list[SliceEndpoint]]] = {}
 
     def update(self, event: str, slice_: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED) of a slice."""
+        self._fold(event, slice_)
+        self.refresh()
+
+    def replace(self, namespace: str, slices: list[dict[str, Any]]) -> None:
+        """A fresh list of `namespace`'s slices: it replaces what the index had of it."""
+        self._drop(namespace)
+        for slice_ in slices:
+            slice_.setdefault("metadata", {}).setdefault("namespace", namespace)
+            self._fold("ADDED", slice_)
+        self.refresh()
+
+    def forget(self, namespace: str) -> None:
+        """The namespace is no longer watched: its slices are dropped."""
+        self._drop(namespace)
+        self.refresh()
+
+    def _fold(self, event: str, slice_: dict[str, Any]) -> None:
         meta = slice_.get("metadata") or {}
         service = (meta.get("labels") or {}).get(SERVICE_LABEL)
         if not service:
@@ -164,13 +192,11 @@ class SliceIndex:
             slices.pop(meta.get("name", ""), None)
         else:
             slices[meta.get("name", "")] = slice_endpoints(slice_, pool.port if pool else 8080)
-        self.refresh()
 
-    def forget(self, namespace: str) -> None:
-        """The namespace is no longer watched: its slices are dropped."""
+    def _drop(self, namespace: str) -> None:
+        # The keys stay, empty: `refresh` then gives their pools no endpoints.
         for key in [k for k in self._slices if k[0] == namespace]:
-            del self._slices[key]
-        self.refresh()
+            self._slices[key] = {}
 
     def _endpoints(self, key: tuple[str, str]) -> list[SliceEndpoint]:
         return [e for eps in self._slices.get(key, {}).values() for e in eps]
@@ -196,11 +222,13 @@ class SliceIndex:
 
 
 class EndpointSliceWatcher:
-    """Watches EndpointSlices of one namespace in a thread (the official client is sync).
+    """Lists, then watches, the EndpointSlices of one namespace in a thread (the official
+    client is sync), over and over (the module's docstring).
 
-    Events go to `index.update` on `loop` (the gateway's event loop, so that the router is
-    only ever changed there and held requests wake at once), or in the watch thread when
-    no loop is given; none once `stop` was called (on the loop: none after it).
+    Lists go to `index.replace` and events to `index.update`, on `loop` (the gateway's event
+    loop, so that the router is only ever changed there and held requests wake at once), or
+    in the watch thread when no loop is given; none once `stop` was called (on the loop:
+    none after it).
     """
 
     def __init__(
@@ -209,11 +237,15 @@ class EndpointSliceWatcher:
         namespace: str,
         kubeconfig: str | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+        read_seconds: float = READ_SECONDS,
     ) -> None:
         self.index = index
         self.namespace = namespace
         self.kubeconfig = kubeconfig
         self.loop = loop
+        self.watch_seconds = watch_seconds
+        self.read_seconds = read_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"endpointslices-{namespace}", daemon=True
@@ -225,20 +257,22 @@ class EndpointSliceWatcher:
     def stop(self) -> None:
         self._stop.set()
 
-    def _apply(self, event: str, obj: dict[str, Any]) -> None:
+    def _on_loop(self, apply: Callable[[], None]) -> None:
         if self.loop is None:
-            self._deliver(event, obj)
+            self._unless_stopped(apply)
         elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._deliver, event, obj)
+            self.loop.call_soon_threadsafe(self._unless_stopped, apply)
+
+    def _unless_stopped(self, apply: Callable[[], None]) -> None:
+        if not self._stop.is_set():
+            apply()
 
     def _deliver(self, event: str, obj: dict[str, Any]) -> None:
-        if not self._stop.is_set():
-            meta = obj.setdefault("metadata", {})
-            meta.setdefault("namespace", self.namespace)
-            self.index.update(event, obj)
+        obj.setdefault("metadata", {}).setdefault("namespace", self.namespace)
+        self._on_loop(lambda: self.index.update(event, obj))
 
     def _run(self) -> None:
-        from kubernetes import client, config, watch
+        from kubernetes import client, config
 
         if self.kubeconfig:
             config.load_kube_config(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
@@ -247,19 +281,34 @@ class EndpointSliceWatcher:
         api = client.DiscoveryV1Api()
         while not self._stop.is_set():
             try:
-                w = watch.Watch()  # type: ignore[no-untyped-call]
-                for ev in w.stream(  # type: ignore[no-untyped-call]
-                    api.list_namespaced_endpoint_slice, self.namespace, timeout_seconds=300
-                ):
-                    self._apply(ev["type"], api.api_client.sanitize_for_serialization(ev["object"]))
-                    if self._stop.is_set():
-                        w.stop()  # type: ignore[no-untyped-call]
-            except Exception as e:  # reconnect on any watch failure
+                self._list_and_watch(api)
+            except Exception as e:  # list and watch again on any failure
                 log.warning(
-                    "EndpointSlice watch of namespace %s failed, retrying in 2s: %s",
-                    self.namespace, e,
+                    "EndpointSlice list or watch of namespace %s failed, retrying in %gs: %s",
+                    self.namespace, RETRY_SECONDS, e,
                 )  # fmt: skip
-                self._stop.wait(2.0)
+                self._stop.wait(RETRY_SECONDS)
+
+    def _list_and_watch(self, api: Any) -> None:
+        """One list (replacing the namespace's slices in the index) and one watch from it,
+        until the API server ends the watch, it sends nothing for `read_seconds`, or `stop`."""
+        from kubernetes import watch
+
+        timeouts = (CONNECT_SECONDS, self.read_seconds)
+        listed = api.list_namespaced_endpoint_slice(self.namespace, _request_timeout=timeouts)
+        items = api.api_client.sanitize_for_serialization(listed.items)
+        self._on_loop(lambda: self.index.replace(self.namespace, items))
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        for ev in w.stream(  # type: ignore[no-untyped-call]
+            api.list_namespaced_endpoint_slice, self.namespace,
+            resource_version=listed.metadata.resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_seconds, _request_timeout=timeouts,
+        ):  # fmt: skip
+            if self._stop.is_set():
+                w.stop()  # type: ignore[no-untyped-call]
+                return
+            if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):  # not BOOKMARK
+                self._deliver(ev["type"], ev["raw_object"])
 
 
 class SliceWatches:

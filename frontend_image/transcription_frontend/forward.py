@@ -11,7 +11,9 @@ A transcription (or a chat completion) is safe to repeat, so until a byte has go
 client a failed attempt is repeated elsewhere: an answer is only taken once its whole body
 (or, for a stream, its first piece) has arrived. A worker that cannot be reached, resets
 or closes the connection before that, or answers 503, is retried on another endpoint
-(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all. A connection that
+(another pool, if the first has none left), up to `MAX_ATTEMPTS` in all; one that reset or
+closed it and is the only one left still ready is tried again after a backoff
+(`RETRY_BACKOFF`): no discovery change may come for it. A connection that
 was never made (refused, no route, the connect timed out: `UNREACHED`) proves the worker
 got nothing, and costs no attempt: while such endpoints are listed, the tries go on, with
 a backoff once every endpoint has failed, for up to `UNREACHED_SECONDS`; once discovery
@@ -68,6 +70,7 @@ log = logging.getLogger("transcription_frontend.forward")
 MAX_ATTEMPTS = 3
 UNREACHED_SECONDS = 30.0  # how long a request goes on trying endpoints it cannot reach
 UNREACHED_BACKOFF = (0.1, 2.0)  # the first wait, doubled after each try, up to the second
+RETRY_BACKOFF = (0.5, 2.0)  # the same, before a failed endpoint still ready is tried again
 CHUNK = 64 * 1024
 SMALL_BODY = 256 * 1024
 
@@ -323,12 +326,16 @@ class Forwarder:
                         "routed here); retry"
                     )
                 # No endpoint left to try: hold until discovery changes one of the pools, or
-                # (listed endpoints that could not be reached: no change may come) a backoff
-                # passes.
+                # a backoff passes where no change may come: endpoints still listed that could
+                # not be reached, or that failed and are still ready (a reset, a connection
+                # closed under the request), which are tried again, MAX_ATTEMPTS bounding it.
                 deadline = deadline or self.holds.deadline()
-                wake_at = (
-                    min(loop.time() + _backoff(unreached), give_up_at) if unreachable else None
-                )
+                if unreachable:
+                    wake_at: float | None = min(loop.time() + _backoff(unreached), give_up_at)
+                elif self.holds.target(pools, set()) is not None:
+                    wake_at = loop.time() + _backoff(max(reached, 1), RETRY_BACKOFF)
+                else:
+                    wake_at = None
                 ticket.queued(pools[0].name)
                 with self.tracer.span("hold", {"transcription.pool": pools[0].name}):
                     await self.holds.wait(pools, held, deadline, place, wake_at)
@@ -441,9 +448,10 @@ class Forwarder:
         self.work.ended(ticket, answered)
 
 
-def _backoff(tries: int) -> float:
-    """Seconds to wait before trying again, after `tries` (>= 1) that reached no worker."""
-    first, most = UNREACHED_BACKOFF
+def _backoff(tries: int, schedule: tuple[float, float] = UNREACHED_BACKOFF) -> float:
+    """Seconds to wait before trying again after `tries` (>= 1) failed ones: the schedule's
+    first wait, doubled after each try, up to its second."""
+    first, most = schedule
     return min(first * 2.0 ** (tries - 1), most)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from transcription_api.routes import PoolRoute, Routes, RouteTable
 
 from . import metrics
 from .catalog import Catalog
+
+log = logging.getLogger("transcription_frontend.routing")
 
 EJECT_AFTER = 3
 EJECT_SECONDS = 10.0
@@ -111,6 +114,8 @@ class Router:
         for url in urls:
             self._state.setdefault(url, EndpointState())
         if self._endpoints.get(pool) != urls:
+            # Rare (a pod ready or gone) and what a stuck request's story turns on: logged.
+            log.info("pool %s: %d endpoint(s) %s", pool, len(urls), " ".join(urls) or "(none)")
             self._endpoints[pool] = urls
             self._changed(pool)
 
