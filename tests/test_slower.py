@@ -1,0 +1,57 @@
+"""toolchain.slower: the busy loops' share of each CPU, and its refusals."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain import slower
+
+
+def test_the_loop_takes_what_leaves_one_factor_th_of_each_cpu() -> None:
+    assert slower.hog_quota_us(1) == 0
+    assert slower.hog_quota_us(2) == 5_000
+    assert slower.hog_quota_us(2.29, period_us=100_000) == 56_332
+    assert slower.PERIOD_US - slower.hog_quota_us(4) == slower.PERIOD_US // 4
+
+
+def test_a_factor_below_one_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"a slowdown factor is at least 1, not 0\.5"):
+        slower.hog_quota_us(0.5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["2"], "usage: python -m toolchain.slower FACTOR -- COMMAND..."),
+        (["2", "true"], "usage: python -m toolchain.slower FACTOR -- COMMAND..."),
+        (["fast", "--", "true"], "toolchain.slower: could not convert string to float: 'fast'"),
+        (["0.5", "--", "true"], "toolchain.slower: a slowdown factor is at least 1, not 0.5"),
+    ],
+)
+def test_bad_arguments_stop_it_with_a_clear_error(argv: list[str], said: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        slower.main(argv)
+    assert str(e.value) == said
+
+
+@pytest.mark.skipif(
+    not (slower.CPU_CGROUPS / "cpu.cfs_quota_us").exists() or os.geteuid() != 0,
+    reason="needs root and cgroup v1's cpu controller",
+)
+def test_the_command_runs_beside_the_loops_cgroups_and_none_is_left(tmp_path: Path) -> None:
+    """The command sees each CPU's loop in its cgroup with its share; its exit status is
+    the run's; afterwards no loop and no cgroup of it is left."""
+    seen = tmp_path / "seen"
+    script = (
+        "import os, pathlib, sys; "
+        f"g = pathlib.Path({str(slower.CPU_CGROUPS)!r}) / 'toolchain-slower-0'; "
+        f"pathlib.Path({str(seen)!r}).write_text((g / 'cpu.cfs_quota_us').read_text().strip() "
+        "+ ' ' + str(len((g / 'tasks').read_text().split()))); sys.exit(3)"
+    )
+    assert slower.main(["2", "--", sys.executable, "-c", script]) == 3
+    assert seen.read_text() == "5000 1"  # half of each 10 ms, one loop
+    assert not list(slower.CPU_CGROUPS.glob("toolchain-slower-*"))
