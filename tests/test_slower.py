@@ -39,8 +39,8 @@ def test_bad_arguments_stop_it_with_a_clear_error(argv: list[str], said: str) ->
 
 
 @pytest.mark.skipif(
-    not (slower.CPU_CGROUPS / "cpu.cfs_quota_us").exists() or os.geteuid() != 0,
-    reason="needs root and cgroup v1's cpu controller",
+    not (slower.CPU_CGROUPS / "cpu.rt_runtime_us").exists() or os.geteuid() != 0,
+    reason="needs root and cgroup v1's cpu controller with real-time group scheduling",
 )
 def test_the_command_runs_beside_the_loops_cgroups_and_none_is_left(tmp_path: Path) -> None:
     """The command sees each CPU's loop in its cgroup with its share; its exit status is
@@ -48,10 +48,12 @@ def test_the_command_runs_beside_the_loops_cgroups_and_none_is_left(tmp_path: Pa
     seen = tmp_path / "seen"
     script = (
         "import os, pathlib, sys; "
-        f"g = pathlib.Path({str(slower.CPU_CGROUPS)!r}) / 'toolchain-slower-0'; "
-        f"pathlib.Path({str(seen)!r}).write_text((g / 'cpu.cfs_quota_us').read_text().strip() "
+        f"g = pathlib.Path({str(slower.GROUP)!r}); "
+        f"pathlib.Path({str(seen)!r}).write_text((g / 'cpu.rt_runtime_us').read_text().strip() "
         "+ ' ' + str(len((g / 'tasks').read_text().split()))); sys.exit(3)"
     )
     assert slower.main(["2", "--", sys.executable, "-c", script]) == 3
-    assert seen.read_text() == "5000 1"  # half of each 10 ms, one loop
-    assert not list(slower.CPU_CGROUPS.glob("toolchain-slower-*"))
+    assert (
+        seen.read_text() == f"5000 {len(os.sched_getaffinity(0))}"
+    )  # half of 10 ms; a loop per CPU
+    assert not slower.GROUP.exists()
