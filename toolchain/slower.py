@@ -33,7 +33,7 @@ from pathlib import Path
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 10_000  # short, so that the slowdown is smooth at a test's time scale
-GROUP = CPU_CGROUPS / "toolchain-slower"
+PREFIX = "toolchain-slower-"  # each run's cgroup: this and its PID
 PROBE_SUM = 30_000_000
 
 
@@ -69,12 +69,22 @@ def _hog(cpu: int) -> None:
         pass
 
 
-def start_hogs(factor: float, cpus: list[int]) -> list[subprocess.Popen[bytes]]:
-    """One pinned busy loop per CPU, in one cgroup whose real-time bandwidth (per CPU) is
-    the loops' share."""
-    GROUP.mkdir(exist_ok=True)
-    (GROUP / "cpu.rt_period_us").write_text(str(PERIOD_US))
-    (GROUP / "cpu.rt_runtime_us").write_text(str(hog_quota_us(factor)))
+def running() -> list[Path]:
+    """The cgroups of the slowdowns on now."""
+    return sorted(CPU_CGROUPS.glob(f"{PREFIX}*"))
+
+
+def start_hogs(factor: float, cpus: list[int], group: Path) -> list[subprocess.Popen[bytes]]:
+    """One pinned busy loop per CPU, in `group`, a new cgroup whose real-time bandwidth (per
+    CPU) is the loops' share."""
+    group.mkdir()
+    try:
+        (group / "cpu.rt_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.rt_runtime_us").write_text(str(hog_quota_us(factor)))
+    except OSError as e:
+        group.rmdir()
+        sys.exit(f"toolchain.slower: the CPUs' real-time bandwidth has no room for the loops "
+                 f"({e}); is something else running at a real-time priority?")  # fmt: skip
     hogs = []
     for cpu in cpus:
         proc = subprocess.Popen(
@@ -82,18 +92,18 @@ def start_hogs(factor: float, cpus: list[int]) -> list[subprocess.Popen[bytes]]:
             cwd=Path(__file__).resolve().parent.parent, stdin=subprocess.PIPE,
         )  # fmt: skip
         hogs.append(proc)
-        (GROUP / "tasks").write_text(str(proc.pid))
+        (group / "tasks").write_text(str(proc.pid))
         assert proc.stdin is not None
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
     return hogs
 
 
-def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
+def stop_hogs(hogs: list[subprocess.Popen[bytes]], group: Path) -> None:
     for proc in hogs:
         proc.kill()
-        proc.wait()
-    GROUP.rmdir()
+        proc.wait(timeout=30)
+    group.rmdir()
 
 
 def main(argv: list[str]) -> int:
@@ -107,9 +117,13 @@ def main(argv: list[str]) -> int:
     if not (CPU_CGROUPS / "cpu.rt_runtime_us").exists():
         sys.exit(f"toolchain.slower: no cgroup v1 cpu controller with real-time group "
                  f"scheduling at {CPU_CGROUPS} (run as root)")  # fmt: skip
+    if others := running():
+        sys.exit(f"toolchain.slower: another slowdown is on ({', '.join(g.name for g in others)}): "
+                 "its loops hold the CPUs' real-time share; run this one once it has ended")  # fmt: skip
     cpus = sorted(os.sched_getaffinity(0))
     alone = speeds(len(cpus))
-    hogs = start_hogs(factor, cpus)
+    group = CPU_CGROUPS / f"{PREFIX}{os.getpid()}"
+    hogs = start_hogs(factor, cpus, group)
     try:
         time.sleep(0.5)
         slowed = speeds(len(cpus))
@@ -125,7 +139,7 @@ def main(argv: list[str]) -> int:
             proc.send_signal(signal.SIGINT)
             return proc.wait()
     finally:
-        stop_hogs(hogs)
+        stop_hogs(hogs, group)
 
 
 if __name__ == "__main__":
