@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,14 @@ def test_bad_arguments_stop_it_with_a_clear_error(argv: list[str], said: str) ->
     with pytest.raises(SystemExit) as e:
         slower.main(argv)
     assert str(e.value) == said
+
+
+def _alive(pid: int) -> bool:
+    """Running, not gone nor a zombie waiting for its new parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 ROOT_AND_CGROUPS = pytest.mark.skipif(
@@ -71,6 +83,8 @@ def test_a_second_slowdown_while_one_is_on_is_refused_by_name() -> None:
     other = slower.CPU_CGROUPS / f"{slower.PREFIX}4194999"
     on_before = slower.running()
     other.mkdir()
+    task = subprocess.Popen(["sleep", "60"])  # the other run's: a group with a task is on
+    (other / "tasks").write_text(str(task.pid))
     try:
         with pytest.raises(SystemExit) as e:
             slower.main(["2", "--", "true"])
@@ -80,5 +94,46 @@ def test_a_second_slowdown_while_one_is_on_is_refused_by_name() -> None:
             "real-time share; run this one once it has ended"
         )
     finally:
+        task.kill()
+        task.wait()
         other.rmdir()
     assert slower.running() == on_before
+
+
+@ROOT_AND_CGROUPS
+def test_the_loops_die_with_the_run_however_it_ends() -> None:
+    """The run SIGKILLed (no `finally` runs): its loops die with it, so none is left keeping
+    the machine slow; its cgroup, empty, is removed by the next look at what is on."""
+    if slower.running():
+        pytest.skip("this run is itself slowed: a second slowdown has no room")
+    run = subprocess.Popen([sys.executable, "-m", "toolchain.slower", "2", "--", "sleep", "60"],
+                           cwd=Path(slower.__file__).resolve().parent.parent)  # fmt: skip
+    group = slower.CPU_CGROUPS / f"{slower.PREFIX}{run.pid}"
+    command: list[int] = []  # `sleep 60`, had it started (the run is killed before, in its check)
+    try:
+        deadline = time.monotonic() + 60
+        while not (
+            group.exists()
+            and len((group / "tasks").read_text().split()) == len(os.sched_getaffinity(0))
+        ):
+            assert time.monotonic() < deadline, "the loops never started"
+            time.sleep(0.1)
+        loops = [int(t) for t in (group / "tasks").read_text().split()]
+        children = Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()
+        command = [int(c) for c in children if int(c) not in loops]
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 10
+        while (group / "tasks").read_text().split():
+            assert time.monotonic() < deadline, f"loops left: {loops}"
+            time.sleep(0.1)
+        assert not [pid for pid in loops if _alive(pid)]
+        assert slower.running() == [] and not group.exists()  # the killed run's, removed
+    finally:
+        run.kill()
+        run.wait()
+        for pid in command:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if group.exists():
+            group.rmdir()

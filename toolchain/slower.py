@@ -24,6 +24,8 @@ Root only (it writes cgroups). Only the standard library is used.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -33,6 +35,7 @@ from pathlib import Path
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 10_000  # short, so that the slowdown is smooth at a test's time scale
+PR_SET_PDEATHSIG = 1  # prctl(2)
 PREFIX = "toolchain-slower-"  # each run's cgroup: this and its PID
 PROBE_SUM = 30_000_000
 
@@ -60,8 +63,13 @@ def speeds(threads: int) -> tuple[float, float]:
     return min(probe(1) for _ in range(3)), min(probe(threads) for _ in range(3))
 
 
-def _hog(cpu: int) -> None:
-    """Pinned to `cpu`; once its parent has put it in the group (a line on stdin), real-time."""
+def _hog(cpu: int, parent: int) -> None:
+    """Pinned to `cpu`; once its parent has put it in the group (a line on stdin), real-time.
+    It dies with its parent, however that ends (a real-time loop left behind would keep the
+    machine slow)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above
+        return
     os.sched_setaffinity(0, {cpu})
     sys.stdin.readline()
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
@@ -70,8 +78,16 @@ def _hog(cpu: int) -> None:
 
 
 def running() -> list[Path]:
-    """The cgroups of the slowdowns on now."""
-    return sorted(CPU_CGROUPS.glob(f"{PREFIX}*"))
+    """The cgroups of the slowdowns on now. One with no task left is a killed run's, and is
+    removed."""
+    on = []
+    for group in sorted(CPU_CGROUPS.glob(f"{PREFIX}*")):
+        if (group / "tasks").read_text().split():
+            on.append(group)
+        else:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    return on
 
 
 def start_hogs(factor: float, cpus: list[int], group: Path) -> list[subprocess.Popen[bytes]]:
@@ -88,7 +104,7 @@ def start_hogs(factor: float, cpus: list[int], group: Path) -> list[subprocess.P
     hogs = []
     for cpu in cpus:
         proc = subprocess.Popen(
-            [sys.executable, "-c", f"from toolchain.slower import _hog; _hog({cpu})"],
+            [sys.executable, "-c", f"from toolchain.slower import _hog; _hog({cpu}, {os.getpid()})"],
             cwd=Path(__file__).resolve().parent.parent, stdin=subprocess.PIPE,
         )  # fmt: skip
         hogs.append(proc)
