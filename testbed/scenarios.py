@@ -130,26 +130,35 @@ class Scaling:
                            for c in pod["status"].get("containerStatuses") or [])  # fmt: skip
             out.append(f"--- {name} ({restarts} restarts)")
             for flags in ([["--previous"]] if restarts else []) + [[]]:
-                log = self.kubectl.run("logs", "-n", self.system_namespace, name,
-                                       "--tail=500", *flags, check=False)  # fmt: skip
-                said = [line for line in log.stdout.splitlines()
-                        if not any(p in line for p in ("/healthz", "'queue_depth'"))]  # fmt: skip
-                out.append("\n".join(said[-lines:]) or log.stderr.strip())
+                out.append(self._log_tail(self.system_namespace, name, lines, 500, flags,
+                                          lambda line: "/healthz" in line or "'queue_depth'" in line))  # fmt: skip
         return "\n".join(out)
 
     def frontends(self, lines: int = 40) -> str:
-        """The last `lines` of each frontend pod's log (probes and metrics left out): what
-        a failed request of an event prints, so that its frontend's view is on record."""
-        out = []
-        for pod in self.pods("frontend"):
-            name = pod["metadata"]["name"]
-            log = self.kubectl.run("logs", "-n", self.namespace, name, "--tail=2000",
-                                   check=False)  # fmt: skip
-            said = [line for line in log.stdout.splitlines()
-                    if not any(p in line for p in ("/healthz", "/readyz", "/metrics"))
-                    and not ANSWERED.search(line)]  # fmt: skip
-            out.append(f"--- {name}\n" + ("\n".join(said[-lines:]) or log.stderr.strip()))
-        return "\n".join(out)
+        """The last `lines` of each frontend pod's log (probes, metrics and answered requests
+        left out): what a failed request of an event prints, so that its frontend's view is on
+        record."""
+
+        def noise(line: str) -> bool:
+            return any(p in line for p in ("/healthz", "/readyz", "/metrics")) or bool(
+                ANSWERED.search(line)
+            )
+
+        return "\n".join(
+            f"--- {name}\n" + self._log_tail(self.namespace, name, lines, 2000, [], noise)
+            for name in (pod["metadata"]["name"] for pod in self.pods("frontend"))
+        )
+
+    def _log_tail(
+        self, namespace: str, pod: str, lines: int, read: int, flags: list[str],
+        noise: Callable[[str], bool],
+    ) -> str:  # fmt: skip
+        """The last `lines` of a pod's log that are not `noise`, of the last `read` lines
+        (kubectl's error, if it has none)."""
+        log = self.kubectl.run("logs", "-n", namespace, pod, f"--tail={read}", *flags,
+                               check=False)  # fmt: skip
+        said = [line for line in log.stdout.splitlines() if not noise(line)]
+        return "\n".join(said[-lines:]) or log.stderr.strip()
 
     def lease(self) -> tuple[str, datetime]:
         """The Lease's holder ('' while nobody holds it) and when it was last renewed."""
