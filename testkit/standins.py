@@ -434,10 +434,13 @@ class RawWorker:
         self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The mode as the connection is counted: a test that waits for a connection, then
+        # mends the worker, knows that connection got the old mode.
         self.connections += 1
+        mode = self.mode
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            if self.mode == "answer":
+            if mode == "answer":
                 length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
                 await reader.readexactly(int(length.group(1)) if length else 0)
                 status, ctype, body = recording(VLLM, "json")
@@ -445,18 +448,18 @@ class RawWorker:
                 writer.write(f"HTTP/1.1 {status} OK\r\ncontent-type: {ctype}\r\n"
                              f"content-length: {len(data)}\r\n\r\n".encode() + data)  # fmt: skip
                 await writer.drain()
-            elif self.mode == "partial":
+            elif mode == "partial":
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                              b"content-length: 100\r\n\r\n{\"text\": \"par")  # fmt: skip
                 await writer.drain()
-            elif self.mode == "stall":
+            elif mode == "stall":
                 event = recording(VLLM, "stream")[2].split("\n\n")[0].encode() + b"\n\n"
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                              b"transfer-encoding: chunked\r\n\r\n"
                              + f"{len(event):x}\r\n".encode() + event + b"\r\n")  # fmt: skip
                 await writer.drain()
                 await asyncio.sleep(3600)
-            elif self.mode == "silent":
+            elif mode == "silent":
                 await asyncio.sleep(3600)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
