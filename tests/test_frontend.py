@@ -16,6 +16,7 @@ import pytest
 
 from testkit.frontend import (
     FIXTURE_TEXT,
+    PATIENCE,
     PRIMARY,
     SERVED,
     WAV,
@@ -39,7 +40,7 @@ from testkit.standins import (
     vllm_app,
 )
 from transcription_api.capabilities import Engine, Mode
-from transcription_api.frontend import ChunkingSpec
+from transcription_api.frontend import ChunkingSpec, HoldLimits
 from transcription_api.routes import RouteTable
 from transcription_frontend import forward, routing
 
@@ -513,6 +514,55 @@ def test_a_worker_not_reachable_yet_is_tried_again_until_it_is(
             r = answer.result(timeout=60)
         assert r.status_code == 200, r.text
         assert len(behaviour.seen) == 1
+    finally:
+        fe.running.stop()
+        for running in later:
+            running.stop()
+
+
+class _LaggingClock:
+    """The router's clock, which a test sets behind the real one (and the event loop's)."""
+
+    def __init__(self) -> None:
+        self.lag = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() - self.lag
+
+
+def test_a_request_held_through_an_ejection_is_served_when_it_ends_even_if_woken_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request that comes while the pool's only endpoint is ejected is held. The
+    ejection's end wakes it by a timer on the event loop's clock; should that fire just
+    before the ejection has ended by the router's clock (here the router's clock runs 0.3 s
+    behind once the endpoint is ejected), the request finds it still ejected. It is held
+    again until the ejection ends by the router's clock, and served then. Before, nothing
+    woke it again: 503 at the hold's timeout, as a request in CI's e2e suite got after
+    300 s while its pool served the others."""
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 1.0)
+    clock = _LaggingClock()
+    monkeypatch.setattr(routing, "time", clock)
+    port = free_port()
+    behaviour = Behaviour()
+    later: list[Running] = []
+    table = RouteTable(model=PRIMARY, aliases=["whisper-1"],
+                       pools=[pool("batch", [f"http://127.0.0.1:{port}"])])  # fmt: skip
+    fe = Frontend(table, hold=HoldLimits(timeout_seconds=10))
+    try:
+        ejections = fe.metric("transcription_frontend_endpoint_ejections_total", pool="batch")
+        with ThreadPoolExecutor(2) as ex:
+            first = ex.submit(fe.post, {"model": PRIMARY})  # refused until ejected
+            wait_until(lambda: fe.metric("transcription_frontend_endpoint_ejections_total",
+                                         pool="batch") > ejections, what="the endpoint ejected")  # fmt: skip
+            clock.lag = 0.3
+            later.append(start(vllm_app(SERVED, behaviour), port))  # reachable from now on
+            held = ex.submit(fe.post, {"model": PRIMARY})
+            r = held.result(timeout=PATIENCE)
+            assert r.status_code == 200, r.text
+            assert first.result(timeout=PATIENCE).status_code == 200
+        assert len(behaviour.seen) == 2
+        assert_still_serving(fe)
     finally:
         fe.running.stop()
         for running in later:

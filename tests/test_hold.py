@@ -107,6 +107,25 @@ def test_the_end_of_an_ejection_wakes_held_requests(monkeypatch: pytest.MonkeyPa
     run(main())
 
 
+def test_how_long_until_a_pool_has_a_ready_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a held request's wake is set by: 0 with an endpoint ready, the rest of the first
+    ejection when all are ejected, None with no endpoint (only a change can help then)."""
+    monkeypatch.setattr(routing, "EJECT_SECONDS", 30.0)
+    router = Router(RouteTable(model="m", pools=[A, B]))
+    assert router.ready_in(["a", "b"]) is None
+    router.set_endpoints("a", ["http://10.0.0.1:8000", "http://10.0.0.2:8000"])
+    assert router.ready_in(["a"]) == 0
+    for _ in range(routing.EJECT_AFTER):
+        router.failed("http://10.0.0.1:8000", "a")
+    assert router.ready_in(["a"]) == 0  # the other is ready
+    for _ in range(routing.EJECT_AFTER):
+        router.failed("http://10.0.0.2:8000", "a")
+    assert 29 < (router.ready_in(["a"]) or 0) <= 30
+    assert router.ready_in(["b"]) is None
+    router.set_endpoints("b", ["http://10.0.0.3:8000"])
+    assert router.ready_in(["a", "b"]) == 0
+
+
 def test_a_held_upload_is_moved_out_of_memory() -> None:
     async def main() -> None:
         router, holds = setup()

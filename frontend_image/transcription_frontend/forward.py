@@ -328,12 +328,16 @@ class Forwarder:
                 # No endpoint left to try: hold until discovery changes one of the pools, or
                 # a backoff passes where no change may come: endpoints still listed that could
                 # not be reached, or that failed and are still ready (a reset, a connection
-                # closed under the request), which are tried again, MAX_ATTEMPTS bounding it.
+                # closed under the request), which are tried again, MAX_ATTEMPTS bounding it;
+                # or until an ejected endpoint of the pools is back (Router.ready_in).
                 deadline = deadline or self.holds.deadline()
+                ready_in = self.router.ready_in([p.name for p in pools])
                 if unreachable:
                     wake_at: float | None = min(loop.time() + _backoff(unreached), give_up_at)
-                elif self.holds.target(pools, set()) is not None:
+                elif ready_in == 0:
                     wake_at = loop.time() + _backoff(max(reached, 1), RETRY_BACKOFF)
+                elif ready_in is not None:
+                    wake_at = loop.time() + ready_in
                 else:
                     wake_at = None
                 ticket.queued(pools[0].name)

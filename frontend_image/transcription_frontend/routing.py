@@ -7,7 +7,8 @@ route-table order. Within a pool, the ready endpoint with the fewest requests in
 wins (ties: the one used least recently), among those below the pool's bound of requests
 in flight per endpoint (`max_in_flight_per_replica`; past it requests wait in the gateway,
 hold.py). An endpoint that fails `EJECT_AFTER` times in a row is ejected for
-`EJECT_SECONDS`, then tried again.
+`EJECT_SECONDS`, then tried again; a request held meanwhile wakes when the first ejection of
+its pools ends (`ready_in`).
 
 Endpoints come from discovery: only ready, non-terminating ones are listed; one that
 leaves the list keeps its requests in flight but gets no new ones. Listeners registered
@@ -160,6 +161,17 @@ class Router:
     def ready(self, pool: str) -> list[str]:
         now = time.monotonic()
         return [u for u in self._endpoints.get(pool, []) if self._st(u).ejected_until <= now]
+
+    def ready_in(self, pools: list[str]) -> float | None:
+        """Seconds until one of `pools` has a ready endpoint: 0 when one has now, until the
+        first ejection ends when all of theirs are ejected, None when they have none. One
+        reading of the clock answers both, so that an ejection ending meanwhile is never
+        missed: a request held for such a pool wakes at that end, whether or not the end
+        reaches it as a change (a timer on the event loop's clock, which can fire just
+        before the ejection has ended by this one: nothing else would wake the request)."""
+        now = time.monotonic()
+        ends = [self._st(u).ejected_until for p in pools for u in self._endpoints.get(p, [])]
+        return max(0.0, min(ends) - now) if ends else None
 
     def pick(self, pool: str, exclude: set[str]) -> str | None:
         """The ready endpoint with the fewest requests in flight, below the pool's bound."""
