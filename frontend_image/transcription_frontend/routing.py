@@ -167,8 +167,9 @@ class Router:
         first ejection ends when all of theirs are ejected, None when they have none. One
         reading of the clock answers both, so that an ejection ending meanwhile is never
         missed: a request held for such a pool wakes at that end, whether or not the end
-        reaches it as a change (a timer on the event loop's clock, which can fire just
-        before the ejection has ended by this one: nothing else would wake the request)."""
+        reaches it as a change (a timer on the event loop's clock, which need not agree with
+        this one to the millisecond: if it fires a moment early, nothing else wakes the
+        request)."""
         now = time.monotonic()
         ends = [self._st(u).ejected_until for p in pools for u in self._endpoints.get(p, [])]
         return max(0.0, min(ends) - now) if ends else None
