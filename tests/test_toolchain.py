@@ -211,8 +211,9 @@ def test_the_compiler_flags_reach_go_and_name_the_cache_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`go build` gets the flags: no DWARF anywhere, no inlining but in the standard library
-    (its pattern last: the last match wins). Other flags name another cache entry, so that a
-    binary built with the old ones is never taken for a new one."""
+    (its pattern last: the last match wins); one thread a compiler, as many compilers at once
+    as there are CPUs. Other flags name another cache entry, so that a binary built with the
+    old ones is never taken for a new one."""
     fake = tmp_path / "bin"
     fake.mkdir()
     args = tmp_path / "args"
@@ -220,6 +221,7 @@ def test_the_compiler_flags_reach_go_and_name_the_cache_entry(
         #!/bin/sh
         [ "$1" = build ] || exit 0
         printf '%s\\n' "$@" > {args}
+        echo "GOMAXPROCS=$GOMAXPROCS" >> {args}
         while [ $# -gt 0 ]; do [ "$1" = -o ] && echo built > "$2"; shift; done
         exit 0
     """))  # fmt: skip
@@ -236,6 +238,7 @@ def test_the_compiler_flags_reach_go_and_name_the_cache_entry(
         "-gcflags=all=-l -dwarf=false",
         "-gcflags=std=-dwarf=false",
     ]
+    assert f"-p={len(os.sched_getaffinity(0))}" in argv and "GOMAXPROCS=1" in argv, argv
     before = toolchain.Tool("actionlint", toolchain.ACTIONLINT.module, {}).dir
     monkeypatch.setattr(toolchain, "GC_FLAGS", ("-gcflags=all=-dwarf=false",))
     assert toolchain.Tool("actionlint", toolchain.ACTIONLINT.module, {}).dir != before

@@ -331,9 +331,20 @@ GO_CACHE = CACHE / "go"
 GO_GC = "400"
 
 
+# Each compiler and linker process runs on one thread (GOMAXPROCS=1), and `go build` runs as
+# many of them at once as there are CPUs (`-p`, which would otherwise follow GOMAXPROCS):
+# the same CPUs busy, with less work. With two threads, a compiler's garbage collector marks
+# on the second whenever it is idle, and its back end compiles functions in parallel. Cold
+# builds into empty build caches on this 2-core machine: helm 79.2 CPU-s and 41.6 s against
+# 84.9 CPU-s and 43.9 s (2 runs each); Kubernetes' six binaries 269 CPU-s and 139 s against
+# 293 CPU-s and 153 s. The binaries are the same.
+GO_PROCS = "1"
+
+
 def go_env() -> dict[str, str]:
     return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOGC": GO_GC,
-            "GOCACHE": str(GO_CACHE / "build"), "GOMODCACHE": str(GO_CACHE / "mod")}  # fmt: skip
+            "GOMAXPROCS": GO_PROCS, "GOCACHE": str(GO_CACHE / "build"),
+            "GOMODCACHE": str(GO_CACHE / "mod")}  # fmt: skip
 
 
 def build(tools: tuple[Tool, ...] = ALL_TOOLS) -> None:
@@ -389,7 +400,8 @@ def _build_one(t: Tool, names: list[str], counter: str) -> None:
         tmp = Path(work)
         # One package: name the output; several: `go build` names each after its package.
         out = f"{tmp}/{names[0]}" if len(names) == 1 else f"{tmp}/"
-        cmd = ["go", "build", "-trimpath", "-ldflags", ldflags(t), *GC_FLAGS]
+        cmd = ["go", "build", f"-p={len(os.sched_getaffinity(0))}", "-trimpath", "-ldflags", ldflags(t),
+               *GC_FLAGS]  # fmt: skip
         cmd += t.tag_flags
         if t.trims:
             cmd += ["-modfile", str(_trimmed(t, tmp))]
