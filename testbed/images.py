@@ -256,7 +256,7 @@ def refs() -> dict[str, str]:
 # --------------------------------------------------------------------------- streaming
 
 # Up to this much to send (uncompressed), an image goes to containerd without the layers it
-# has already, by way of a temporary OCI layout (gzipped: on disk while it streams); past
+# has already, by way of a temporary OCI layout (compressed: on disk while it streams); past
 # it, whole, straight from the builder's store to the pipe (a docker archive: nothing on
 # disk, but every layer is written to containerd's content store again, and discarded once
 # found unpacked). Measured on the vLLM CPU image after the transformers image (their base
@@ -264,6 +264,11 @@ def refs() -> dict[str, str]:
 # layout in 25 s as 0.97 GB, where the whole image (7.65 GB) took 41 s to leave the store.
 # A rebuild after a change to the source sends its top layers (157 MB).
 PARTIAL_LIMIT = 3 * 2**30
+# How `stream` compresses the layers it sends (buildah compresses an OCI layout's layers
+# whatever it is told): zstd at its fastest level. The vLLM CPU image's own layers (2.55 GB)
+# went to the layout in 18.4 CPU-s and 12.0 s as 0.87 GB, against 32.3 CPU-s and 20.3 s as
+# 0.89 GB gzipped at buildah's default level, and containerd unpacks zstd faster than gzip.
+COMPRESSION = ("--compression-format", "zstd", "--compression-level", "1")
 # The name containerd gives an imported image (its OCI layout names none it would take).
 CONTAINERD_NAME = "io.containerd.image.name"
 
@@ -317,11 +322,11 @@ def stream(reference: str, have: set[str], out: BinaryIO) -> None:
     the layers in `have` (diff IDs of layers containerd has unpacked: it unpacks the rest on
     top of them).
 
-    `buildah push` writes the layout (the layers it sends gzipped: Debian's buildah 1.28
-    ignores `--disable-compression` there); each layer left out is there first as a sparse
-    file of its size, which the push takes for the blob already written (it reads nothing
-    of it), and which stays out of the tar. containerd names the image from the index's
-    annotation."""
+    `buildah push` writes the layout, its layers compressed (Debian's buildah 1.28 ignores
+    `--disable-compression` there): zstd at level 1 (`COMPRESSION`); each layer left out is
+    there first as a sparse file of its size, which the push takes for the blob already
+    written (it reads nothing of it), and which stays out of the tar. containerd names the
+    image from the index's annotation."""
     sizes = {diff: size for diff, size, _ in layers(reference)}
     unknown = have - set(sizes)
     if unknown:
@@ -332,7 +337,7 @@ def stream(reference: str, have: set[str], out: BinaryIO) -> None:
         for diff in have:
             with open(blobs / diff.removeprefix("sha256:"), "wb") as placeholder:
                 placeholder.truncate(sizes[diff])
-        buildah("push", "--quiet", reference, f"oci:{layout}", capture=True)
+        buildah("push", "--quiet", *COMPRESSION, reference, f"oci:{layout}", capture=True)
         index = json.loads((layout / "index.json").read_text())
         [manifest] = index["manifests"]
         manifest["annotations"] = {CONTAINERD_NAME: reference}
