@@ -1,4 +1,4 @@
-"""python -m bench [frontend|gateway|hostile|hostile-slots|hostile-realtime|hostile-bodies|worker|worker-settings|keywords|realtime|
+"""python -m bench [frontend|gateway|hostile|hostile-slots|hostile-realtime|hostile-bodies|worker|worker-settings|allocator|keywords|realtime|
 realtime-node|longaudio|longaudio-node|longaudio-prompt|operator|scale|weights-node|diarization|
 diarization-sweep|all] [--quick]"""
 
@@ -32,6 +32,7 @@ def main() -> int:
             "hostile-bodies",
             "worker",
             "worker-settings",
+            "allocator",
             "keywords",
             "realtime",
             "realtime-node",

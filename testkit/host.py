@@ -43,13 +43,20 @@ def pids() -> Iterator[int]:
             yield int(entry.name)
 
 
+def stat_fields(pid: int) -> list[str]:
+    """`/proc/<pid>/stat` after the command's name: [0] is the state (the file's third
+    field), [7] the minor page faults, [9] the major ones, [11] and [12] the user and system
+    CPU ticks; [] once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
 def cpu_seconds(pid: int) -> float:
     """The CPU time (user and system) a process has used; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
 def status_kib(pid: int, key: str) -> int:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from transcription_api.capabilities import Engine, Mode
 from transcription_api.worker import SETTINGS_ENV, WorkerSettings
 
+from .allocator import keep_large_blocks
 from .batcher import Lane
 from .device import DeviceError
 from .localmodel import CTRANSLATE2, in_format, missing
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
+    if not keep_large_blocks():
+        log.info("glibc's allocator keeps the settings the environment gives (or is not glibc)")
     s = settings_from(args)
     if s.engine != Engine.FASTER_WHISPER:
         raise SystemExit(
