@@ -14,9 +14,13 @@ from transcription_api.capabilities import Engine, Mode
 from transcription_api.routes import RouteTable
 from transcription_api.telemetry import quiet_this_process
 from transcription_api.v1alpha1 import TranscriptionDeployment
+from transcription_worker.allocator import keep_large_blocks
 
 # The gateways, workers and operators the suites start report to no vendor.
 quiet_this_process()
+# What the suites decode in their own processes, they decode with the worker's allocator
+# settings (transcription_worker/allocator.py).
+keep_large_blocks()
 
 # The transformers suite needs torch and transformers: it runs in its own environment
 # (`make test-transformers`, its own environment) and is not collected without them.
