@@ -1,6 +1,6 @@
-"""The faster-whisper worker keeps the large blocks a decode frees (allocator.py): a block
-freed and allocated again costs no page faults, unless the deployment set glibc's
-allocator itself, whose settings then stay."""
+"""The faster-whisper worker keeps the large blocks a decode frees
+(transcription_worker/allocator.py): a block freed and allocated again costs no page
+faults, unless the deployment set glibc's allocator itself, whose settings then stay."""
 
 from __future__ import annotations
 
