@@ -27,12 +27,6 @@ WORKERS = {"kept large blocks (the worker's default)": {},
            "glibc's defaults (MALLOC_PERTURB_=0)": {"MALLOC_PERTURB_": "0"}}  # fmt: skip
 
 
-def faults(pid: int) -> int:
-    """Minor and major page faults of the process, all its threads (/proc/PID/stat)."""
-    fields = host.stat_fields(pid)
-    return int(fields[7]) + int(fields[9]) if fields else 0
-
-
 def run(quick: bool = False) -> dict[str, Any]:
     clip_set: list[Clip] = []
     for s in SENTENCES:
@@ -55,14 +49,18 @@ def run(quick: bool = False) -> dict[str, Any]:
             for name, (proc, url) in procs.items():
                 say(f"round {r + 1}/{rounds}: {name}")
                 for c in CONCURRENCY:
-                    cpu, pf, t = proc.cpu_seconds(), faults(proc.proc.pid), time.perf_counter()
+                    cpu, pf, t = (
+                        proc.cpu_seconds(),
+                        host.page_faults(proc.proc.pid),
+                        time.perf_counter(),
+                    )
                     with concurrent.futures.ThreadPoolExecutor(c) as ex:
                         got = list(ex.map(transcribe, [url] * len(clip_set),
                                           [clip[1] for clip in clip_set]))  # fmt: skip
                     assert all(code == 200 for code, _, _ in got), [g[0] for g in got]
                     runs[name].append({"concurrency": c, "requests": len(got),
                                        "cpu": proc.cpu_seconds() - cpu,
-                                       "faults": faults(proc.proc.pid) - pf,
+                                       "faults": host.page_faults(proc.proc.pid) - pf,
                                        "wall": time.perf_counter() - t,
                                        "latency": median([g[1] for g in got])})  # fmt: skip
         peaks = {name: proc.peak_kib() / 1024 for name, (proc, _) in procs.items()}

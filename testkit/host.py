@@ -59,6 +59,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 
+def page_faults(pid: int) -> int:
+    """The page faults (minor and major) a process has taken, all its threads; 0 once it is
+    gone."""
+    fields = stat_fields(pid)
+    return int(fields[7]) + int(fields[9]) if fields else 0
+
+
 def status_kib(pid: int, key: str) -> int:
     """A memory figure of `/proc/<pid>/status` in KiB (VmRSS: resident now; VmHWM: its peak,
     which writing 5 to `/proc/<pid>/clear_refs` resets to VmRSS); 0 if absent."""

@@ -99,10 +99,10 @@ def test_the_worker_process_decodes_without_mapping_its_blocks_again(tmp_path: P
             assert r.status_code == 200, r.text
 
         transcribe()  # the first: the model's and the heap's first pages
-        before = int(host.stat_fields(proc.pid)[7])
+        before = host.page_faults(proc.pid)
         for _ in range(3):
             transcribe()
-        per_request = (int(host.stat_fields(proc.pid)[7]) - before) / 3
+        per_request = (host.page_faults(proc.pid) - before) / 3
     finally:
         processes.stop(proc)
     assert per_request < 10_000, per_request

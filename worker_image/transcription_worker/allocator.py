@@ -37,14 +37,11 @@ def set_by_user(env: Mapping[str, str]) -> bool:
 def keep_large_blocks(env: Mapping[str, str] = os.environ) -> bool:
     """Keep freed blocks up to `LIMIT` for reuse; False where the environment already
     chose, or where the C library is not glibc (no `mallopt`)."""
-    if set_by_user(env):
+    if set_by_user(env) or not (name := ctypes.util.find_library("c")):
         return False
-    name = ctypes.util.find_library("c")
     try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
+        mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):
-        return False
-    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
