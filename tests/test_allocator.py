@@ -47,7 +47,10 @@ def test_settings_from_the_environment_stay_and_libc_is_not_touched(
 
 
 def test_a_missing_c_library_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(allocator.ctypes.util, "find_library", lambda _: None)
+    def missing(*_: object) -> None:
+        raise OSError("no C library")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
     assert allocator.keep_large_blocks({}) is False
 
 

@@ -12,19 +12,12 @@ within 10 MB.
 
 from __future__ import annotations
 
-import ctypes
+from transcription_api.mallopt import M_MMAP_THRESHOLD, mallopt
 
-M_MMAP_THRESHOLD = -3  # mallopt's parameter, from glibc's <malloc.h>
 MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept: only its adjustment is turned off
 
 
 def hold_steady() -> bool:
     """Fix glibc's mmap threshold for this process; False where the C library has no
     `mallopt` (not glibc) or refuses it."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)

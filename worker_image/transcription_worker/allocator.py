@@ -16,15 +16,12 @@ then.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 from collections.abc import Mapping
 
+from transcription_api.mallopt import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
+
 LIMIT = 64 * 2**20  # bytes: blocks up to this size stay in the process once freed
-# mallopt's parameters (glibc's malloc.h).
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
 
 
 def set_by_user(env: Mapping[str, str]) -> bool:
@@ -37,12 +34,6 @@ def set_by_user(env: Mapping[str, str]) -> bool:
 def keep_large_blocks(env: Mapping[str, str] = os.environ) -> bool:
     """Keep freed blocks up to `LIMIT` for reuse; False where the environment already
     chose, or where the C library is not glibc (no `mallopt`)."""
-    if set_by_user(env) or not (name := ctypes.util.find_library("c")):
+    if set_by_user(env):
         return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, LIMIT)) and bool(mallopt(M_TRIM_THRESHOLD, LIMIT))
+    return mallopt(M_MMAP_THRESHOLD, LIMIT) and mallopt(M_TRIM_THRESHOLD, LIMIT)
