@@ -184,14 +184,17 @@ lint: $(STAMP)
 # their output once it has ended. The first of them builds the rest of the test bed (KEDA,
 # Flux, promtool, actionlint: 8 of the 20 minutes of Go builds on a fresh 2-core machine),
 # which the e2e suite's first modules do not need (testkit/e2e_order.py) and the unit tests
-# after it do. Each step is timed; the end (or a failure, once every step has ended) prints
-# where the time went.
+# after it do. The second builds the torch images, which the e2e suite's last two modules run
+# on: built there, they held up the suite, whose end is the run's (on the slower machine class
+# the steps beside it ended 7 minutes before it did). Each step is timed; the end (or a
+# failure, once every step has ended) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the cluster's build, at once" -- \
 	  $(MAKE) --no-print-directory -j2 envs testbed-build-cluster
 	@# --durations: the e2e tests' own times (the closing report has the modules')
 	@$(STEPS) together "e2e suite" -- $(BIN)/pytest -m e2e --durations=20 $(PYTEST_ARGS) \
 	  :: "the rest of the test bed's build" -- $(TESTBED) build \
+	  :: "the torch images" -- $(TESTBED) images build --torch \
 	  :: "lint, types, docs" -- $(MAKE) --no-print-directory lint \
 	  :: "transformers suite" -- $(MAKE) --no-print-directory test-transformers \
 	  :: "unit and integration tests, $(TEST_WORKERS) processes" -- \

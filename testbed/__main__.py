@@ -10,6 +10,10 @@
     python -m testbed down           stop the cluster and remove its state
     python -m testbed kubeconfig     print the kubeconfig's path
     python -m testbed images build   build the images that are missing (progress shown)
+    python -m testbed images build --torch
+                                     the torch images too, which the suites that run on them
+                                     otherwise build when they start: `make test` builds them
+                                     beside the e2e suite's first modules
     python -m testbed images list    the image references and whether each is built
     python -m testbed images stream REF [DIFF_ID ...]
                                      write an image in the builder's store to standard output
@@ -39,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     image.add_argument("action", choices=["build", "list", "stream"])
     image.add_argument("reference", nargs="?", help="stream: the image")
     image.add_argument("have", nargs="*", help="stream: the diff IDs of the layers to leave out")
+    image.add_argument(
+        "--torch",
+        action="store_true",
+        help="build: the torch images too (else built when a suite asks for them)",
+    )
     args = parser.parse_args(argv)
     if args.command == "build" and args.cluster:
         cluster.build_all(toolchain.CLUSTER_TOOLS, scaling=False)
@@ -57,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "images":
         if args.action == "build":
             images.build()
-        for i in images.ALL:
-            print(f"{i.name:12} {'built' if images.built(i) else 'missing':8} {images.ref(i)}")
+            # One at a time: a suite waiting for the first need not wait for the second.
+            for torch_image in images.ON_DEMAND if args.torch else ():
+                images.build((torch_image,))
+        for i in (*images.ALL, *images.ON_DEMAND):
+            print(f"{i.name:19} {'built' if images.built(i) else 'missing':8} {images.ref(i)}")
     else:
         return cluster.status()
     return 0

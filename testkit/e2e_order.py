@@ -2,9 +2,10 @@
 
 `make test` builds KEDA, Flux and the checkers beside the e2e suite rather than before it
 (their Go builds are the longest after Kubernetes'), so the modules that need them run after
-those that do not, and the two that build the torch images (the largest, about 10 GB of disk
-each) run last, once the Go builds are over and their 17 GB of caches gone. The other
-modules keep pytest's order (by name).
+those that do not, and the two that run on the torch images (the largest, about 10 GB of disk
+each) run last: `make test` builds those images beside the suite once the Go builds are over
+and their 17 GB of caches gone (a module that finds the build under way waits for it; run
+alone, it builds them itself). The other modules keep pytest's order (by name).
 """
 
 from __future__ import annotations
