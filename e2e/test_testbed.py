@@ -11,6 +11,7 @@ from typing import Any
 import testbed.cluster
 import testbed.images
 import toolchain
+from testbed import kubeget
 from testbed.kube import wait_for
 from testbed.kubectl import Kubectl
 
@@ -172,6 +173,43 @@ def test_crd_schema_rejects_invalid_objects_at_admission(kubectl: Kubectl, names
     # A valid object is still accepted afterwards.
     kubectl.run("apply", "-n", namespace, "-f", "-", input=widget(3))
     assert kubectl.json("get", "widget", "w", "-n", namespace)["spec"]["size"] == 3
+
+
+def test_the_in_process_reads_answer_as_kubectl_does(kubectl: Kubectl, namespace: str) -> None:
+    """testbed/kubeget.py's answers, held against kubectl's own on this API server: the
+    same exit status, output and message, for objects, lists, a custom kind and the misses."""
+    kubectl.apply(WIDGET_CRD)
+    kubectl("wait", "--for=condition=Established", "crd/widgets.smoke.test", "--timeout=30s")
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"},
+                   "metadata": {"name": "c", "labels": {"k": "v"}}}, namespace)  # fmt: skip
+    kubectl.apply({"apiVersion": "smoke.test/v1", "kind": "Widget", "metadata": {"name": "w"},
+                   "spec": {"size": 2}}, namespace)  # fmt: skip
+    assert kubectl.reader is not None
+    plain = Kubectl(kubectl.kubeconfig, in_process=False)
+    reads = [
+        ("configmap", "c", "-n", namespace),
+        ("cm", "-n", namespace, "-l", "k=v"),
+        ("configmaps/c", "-n", namespace),
+        ("widget", "w", "-n", namespace),
+        ("widgets.smoke.test", "-n", namespace),
+        ("namespace", namespace),
+        ("crd", "widgets.smoke.test"),
+        ("cm", "nothing", "-n", namespace),
+        ("cm", "nothing", "-n", namespace, "--ignore-not-found"),
+        ("cm", "-n", namespace, "-l", "k=none"),
+        ("cm", "-n", namespace, "-l", "k=none", "--ignore-not-found"),
+    ]
+    for args in reads:
+        command = ("get", *args, "-o", "json")
+        get = kubeget.parse(command)
+        assert get is not None, command
+        ours = kubectl.reader.answer(get, timeout=60)
+        assert ours is not None, f"{command}: left to kubectl"
+        theirs = plain.run(*command, check=False)
+        assert (ours.returncode, ours.stderr) == (theirs.returncode, theirs.stderr), command
+        assert (json.loads(ours.stdout) if ours.stdout else None) == (
+            json.loads(theirs.stdout) if theirs.stdout else None
+        ), command
 
 
 # --------------------------------------------------------------------------- the real node
