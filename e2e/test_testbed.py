@@ -296,7 +296,7 @@ def test_a_rebuilt_image_reaches_containerd_without_the_layers_it_has_unpacked(
     images, node = testbed.images, testbed.cluster.node()
     probe = f"{images.REGISTRY}/lean-probe:{secrets.token_hex(4)}"
     (tmp_path / "marker").write_text(probe)
-    with images.store():  # `make test` builds the torch images beside this suite
+    with images.using_store():  # `make test` builds the torch images meanwhile
         box = images.buildah("from", "--pull=never", images.ref(images.OPERATOR), capture=True)
         try:
             images.buildah("copy", "--quiet", box.strip(), str(tmp_path / "marker"), "/marker")

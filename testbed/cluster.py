@@ -340,11 +340,12 @@ def start_real_node(scaling: bool = True) -> None:
 
 def import_images(*also: images.Image) -> dict[str, str]:
     """Put every image into the real node's containerd (the base too: tests run throwaway
-    pods from it), with the on-demand ones asked for or already built; remove the rest,
-    but for an earlier build of an on-demand image not built anew yet: its layers stay
+    pods from it), with the on-demand ones asked for; remove the rest, but for the
+    on-demand ones not asked for, which stay as they are: an earlier build's layers stay
     unpacked until its next build is imported, which then sends only the layers that
-    changed (`images.source`)."""
-    built = [i for i in (*images.ALL, *images.ON_DEMAND) if images.built(i)]
+    changed (`images.source`). (`make test` builds the torch images beside the e2e suite:
+    they are imported by the modules that run on them, not by the first import after.)"""
+    built = [i for i in images.ALL if images.built(i)]
     wanted = {images.ref(i): i for i in (*built, *also)}
     n = node()
     whole = {r: images.source(i) for r, i in wanted.items()}

@@ -31,6 +31,7 @@ source, the vLLM image sends its top layer (157 MB), not its 7.65 GB.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -43,7 +44,8 @@ import tempfile
 import time
 import tomllib
 from collections import deque
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -519,9 +521,44 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
 
 
 def store() -> AbstractContextManager[None]:
-    """The builder's store, held by one process at a time: a build clears what other
-    builds left there (their containers), so whatever else writes to it holds it too."""
+    """The builds' lock: one process builds at a time."""
     return toolchain.exclusive(CACHE / ".build.lock", "the builder's store")
+
+
+# Held, shared, by whatever writes to the builder's store outside a build (a weights image's
+# packing, a test's rebuilt image): a build's clean-up leaves their containers alone.
+USERS = CACHE / ".users.lock"
+
+
+@contextmanager
+def using_store() -> Iterator[None]:
+    """Write to the builder's store beside the builds (buildah's own locks keep them apart),
+    safe from a build's clean-up: no need to wait for a build to end."""
+    USERS.parent.mkdir(parents=True, exist_ok=True)
+    with USERS.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def clear_leftovers() -> bool:
+    """Remove the containers interrupted builds left in the store (they hold their layers),
+    unless another process is using the store: its containers are among them, and the
+    leftovers wait for the next build. Whether they were removed."""
+    USERS.parent.mkdir(parents=True, exist_ok=True)
+    with USERS.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("    the builder's store is in use beside this build: its leftovers stay")
+            return False
+        try:
+            buildah("rm", "--all", capture=True, check=False)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+    return True
 
 
 def _build_missing(images: tuple[Image, ...]) -> None:
@@ -536,8 +573,8 @@ def _build_missing(images: tuple[Image, ...]) -> None:
         if i not in todo:
             say(f"{i.name}: cached ({ref(i)})")
             steps.record(f"image {i.name}", 0, "cached")
-    if todo:  # what interrupted builds left behind holds their layers
-        buildah("rm", "--all", capture=True, check=False)
+    if todo:
+        clear_leftovers()
     for n, image in enumerate(todo, 1):
         step = step_name(image, rebuild=bool(_other_tags(image)))
         about = steps.estimate(step)

@@ -115,7 +115,7 @@ def _packed(model: Path, reference: str, path: str, tmp: Path) -> tuple[Path, st
         if re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{16}}\.(tar|ref)", old.name):
             old.unlink()
     partial = tmp / f"{name}.tar"
-    with testbed.images.store():  # `make test` builds the torch images beside the e2e suite
+    with testbed.images.using_store():  # `make test` builds the torch images meanwhile
         pinned = weights.pack(model, reference, path=path, archive=partial)
         # The archive is the cache: the image leaves buildah's store (each pack is a new
         # build, and the ones whose tag moved on stayed there, 15 GB of them on this machine).

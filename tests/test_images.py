@@ -324,6 +324,39 @@ def test_importing_an_on_demand_image_once_built_asks_for_it_once_and_keeps_the_
     assert keep == frozenset([ti.repository(transformers)])
 
 
+def test_an_import_nobody_asked_the_torch_images_of_leaves_them_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make test` builds the torch images beside the e2e suite: the next import that does
+    not ask for them (KEDA's, at the scaling module) neither sends them nor removes them;
+    the modules that run on them import them."""
+    from testbed import cluster
+
+    node = _Node({ti.ref(ti.OPERATOR): "sha256:op"})
+    monkeypatch.setattr(cluster, "node", lambda: node)
+    monkeypatch.setattr(ti, "built", lambda image: True)
+    monkeypatch.setattr(ti, "source", lambda image, unpacked=frozenset(): [image.name])
+    cluster.import_images()
+    [(sources, keep)] = node.calls
+    assert not {ti.ref(i) for i in ti.ON_DEMAND} & set(sources)
+    assert keep == frozenset(ti.repository(i) for i in ti.ON_DEMAND)
+    assert ti.ref(ti.KEDA) in sources
+
+
+def test_a_builds_clean_up_leaves_the_store_alone_while_another_process_uses_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = _fake_builder(monkeypatch, tmp_path, [])
+    monkeypatch.setattr(ti, "USERS", tmp_path / ".users.lock")
+    with ti.using_store():  # a weights image being packed, say
+        assert ti.clear_leftovers() is False
+    assert not calls.exists()  # buildah was not asked
+    assert ti.clear_leftovers() is True
+    assert calls.read_text().split() == ["rm", "--all"]
+    with ti.using_store(), ti.using_store():  # users share it
+        pass
+
+
 def _fake_builder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failures: list[str]) -> Path:
     """A stand-in for `buildah` that fails once per message of `failures` (written to its
     standard error, as the builder does), then succeeds; returns the file of its calls."""
