@@ -45,7 +45,7 @@ import time
 import tomllib
 from collections import deque
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -511,18 +511,13 @@ def build(images: tuple[Image, ...] = ALL) -> dict[str, str]:
     time (they share the builder's store, whose leftovers a build clears first): another
     one's build of the same image is waited for, then found built."""
     if any(not built(i) for i in images):
-        with store():
+        with toolchain.exclusive(CACHE / ".build.lock", "the builder's store"):
             _build_missing(images)
     else:
         for i in images:
             say(f"{i.name}: cached ({ref(i)})")
             steps.record(f"image {i.name}", 0, "cached")
     return refs()
-
-
-def store() -> AbstractContextManager[None]:
-    """The builds' lock: one process builds at a time."""
-    return toolchain.exclusive(CACHE / ".build.lock", "the builder's store")
 
 
 # Held, shared, by whatever writes to the builder's store outside a build (a weights image's
