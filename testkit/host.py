@@ -8,16 +8,47 @@ exists.
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives to outgoing connections and to bind(port 0)."""
+    try:
+        low, high = (int(v) for v in EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port that nothing listens on now, below the ephemeral range, and not handed
+    out before by this process.
+
+    Not a port that bind(0) gives: that one is in the ephemeral range, which every outgoing
+    connection on this machine (the API server's clients, kubectl, the in-process reads)
+    also draws its local port from; one of them can take it before the server that was
+    told to listen on it binds it (seen: an operator's "address already in use" after a
+    quiet minute of a busy test bed)."""
+    low = ephemeral_range()[0]
+    for _ in range(200):
+        port = random.randrange(10000, low) if low > 10000 else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port found below {low}: is this machine out of ports?")
 
 
 def split_cmdline(raw: bytes) -> list[str]:
