@@ -162,7 +162,7 @@ def ensure_env() -> Path:
         missing = _missing(base)
         say(f"installing {', '.join(missing)}")
         subprocess.run(
-            [str(base), "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps",
+            [str(base), "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--no-compile",
              "--target", str(site), *missing],
             check=True,
         )  # fmt: skip
