@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FIRST, NODE_PORTS = 20000, 30000  # free_port's range: from FIRST to below NODE_PORTS
 _handed_out: set[int] = set()
 
 
@@ -27,17 +28,20 @@ def ephemeral_range() -> tuple[int, int]:
 
 
 def free_port() -> int:
-    """A TCP port that nothing listens on now, below the ephemeral range, and not handed
-    out before by this process.
+    """A TCP port that nothing listens on now and that this process has not handed out
+    before: from 20000 up to Kubernetes' NodePort range (30000-32767, which the test bed's
+    kube-proxy forwards on 127.0.0.1), or to the ephemeral range if that starts lower.
+    Below 20000 lie the cluster's own ports (the kubelet's 10250, the scheduler's 10259,
+    ...), which its components bind when they start.
 
     Not a port that bind(0) gives: that one is in the ephemeral range, which every outgoing
     connection on this machine (the API server's clients, kubectl, the in-process reads)
     also draws its local port from; one of them can take it before the server that was
     told to listen on it binds it (seen: an operator's "address already in use" after a
     quiet minute of a busy test bed)."""
-    low = ephemeral_range()[0]
+    high = min(ephemeral_range()[0], NODE_PORTS)
     for _ in range(200):
-        port = random.randrange(10000, low) if low > 10000 else 0
+        port = random.randrange(FIRST, high) if high > FIRST else 0
         if port in _handed_out:
             continue
         with socket.socket() as s:
@@ -48,7 +52,9 @@ def free_port() -> int:
             port = int(s.getsockname()[1])
         _handed_out.add(port)
         return port
-    raise RuntimeError(f"no free TCP port found below {low}: is this machine out of ports?")
+    raise RuntimeError(
+        f"no free TCP port found in {FIRST}-{high - 1}: is this machine out of ports?"
+    )
 
 
 def split_cmdline(raw: bytes) -> list[str]:
