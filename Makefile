@@ -49,9 +49,9 @@ help:
 # .venv is filled from the cache in seconds. uv never downloads a Python: the system's runs.
 # Bytecode is compiled on first import, not at install: Python writes a module's bytecode
 # when it first imports it (PYTHONDONTWRITEBYTECODE, set on these machines, is not passed on
-# to the commands), so only what runs is compiled, once. The tests import about a third of
-# the environments' sources (vLLM's start and a transcription: 101 of 283 MB); compiling all
-# of them at install took about 20 CPU-s for the vLLM environment alone. Where
+# to the commands), so only what runs is compiled, once. A cold `make test` compiled 197 of
+# the environments' 824 MB of sources; compiling all of them at install took about 20 CPU-s
+# for the vLLM environment alone. Where
 # PYTHONDONTWRITEBYTECODE is set and nothing was compiled, every process compiles torch and
 # transformers again (the transformers suite took 270 s instead of 170). The images compile
 # at install (testbed/images.py): their pods cannot write to their packages.
