@@ -50,11 +50,11 @@ help:
 # Bytecode is compiled on first import, not at install: Python writes a module's bytecode
 # when it first imports it (PYTHONDONTWRITEBYTECODE, set on these machines, is not passed on
 # to the commands), so only what runs is compiled, once. A cold `make test` compiled 197 of
-# the environments' 824 MB of sources; compiling all of them at install took about 20 CPU-s
-# for the vLLM environment alone. Where
-# PYTHONDONTWRITEBYTECODE is set and nothing was compiled, every process compiles torch and
-# transformers again (the transformers suite took 270 s instead of 170). The images compile
-# at install (testbed/images.py): their pods cannot write to their packages.
+# the environments' 824 MB of sources, about 30 CPU-s less work in all than compiling at
+# install (docs/development/test-bed.md). Where PYTHONDONTWRITEBYTECODE is set and nothing
+# was compiled, every process compiles torch and transformers again (the transformers suite
+# took 270 s instead of 170). The images compile at install (testbed/images.py): their pods
+# cannot write to their packages.
 UV_VERSION := 0.13.9
 UV_HOME := $(ENVS)/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
