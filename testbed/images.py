@@ -45,7 +45,7 @@ import time
 import tomllib
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -526,33 +526,31 @@ USERS = CACHE / ".users.lock"
 
 
 @contextmanager
-def using_store() -> Iterator[None]:
-    """Write to the builder's store beside the builds (buildah's own locks keep them apart),
-    safe from a build's clean-up: no need to wait for a build to end."""
+def _users(mode: int) -> Iterator[None]:
+    """`USERS` locked with flock's `mode`, until the file closes; BlockingIOError where the
+    mode says not to wait and another process holds it."""
     USERS.parent.mkdir(parents=True, exist_ok=True)
     with USERS.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        fcntl.flock(f, mode)
+        yield
+
+
+def using_store() -> AbstractContextManager[None]:
+    """Write to the builder's store beside the builds (buildah's own locks keep them apart),
+    safe from a build's clean-up: no need to wait for a build to end."""
+    return _users(fcntl.LOCK_SH)
 
 
 def clear_leftovers() -> bool:
     """Remove the containers interrupted builds left in the store (they hold their layers),
     unless another process is using the store: its containers are among them, and the
     leftovers wait for the next build. Whether they were removed."""
-    USERS.parent.mkdir(parents=True, exist_ok=True)
-    with USERS.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("    the builder's store is in use beside this build: its leftovers stay")
-            return False
-        try:
+    try:
+        with _users(fcntl.LOCK_EX | fcntl.LOCK_NB):
             buildah("rm", "--all", capture=True, check=False)
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    except BlockingIOError:  # the lock's only: buildah's failures are SystemExit
+        say("    the builder's store is in use beside this build: its leftovers stay")
+        return False
     return True
 
 
