@@ -427,3 +427,35 @@ def test_the_project_images_install_with_the_test_beds_uv_from_its_cache(
     monkeypatch.setenv("TESTBED_UV", str(tmp_path / "missing"))
     with pytest.raises(SystemExit, match=r"run `make venv` first \(it installs uv\)"):
         ti.uv_and_cache()
+
+
+def test_the_torch_images_leave_out_what_the_cpu_never_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """triton and cuSOLVER stay out of the torch layer and of every install on it (uv's
+    --excludes, its list mounted for the build): the images on the torch layer get it, the
+    others not; a change to the list is a new torch layer, and so new torch images."""
+    listed = [
+        line.strip()
+        for line in (ROOT / ti.TORCH_EXCLUDES).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert listed == ["triton", "nvidia-cusolver"]
+    assert f"--excludes {ti.UV_MOUNT}/excludes.txt" in ti.UV_PIP_INSTALL
+    assert "--excludes" not in ti.UV_SYSTEM_PIP_INSTALL
+    (tmp_path / "uv").write_text("")
+    monkeypatch.setenv("TESTBED_UV", str(tmp_path / "uv"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))
+    seen: dict[str, tuple[str, ...]] = {}
+    monkeypatch.setattr(ti, "build_retrying", lambda *args: seen.update({args[-2]: args}))
+    mount = f"--volume={ROOT / ti.TORCH_EXCLUDES}:{ti.UV_MOUNT}/excludes.txt:ro"
+    for image in (ti.TORCH, *ti.ON_DEMAND, ti.OPERATOR, ti.WORKER_CPU):
+        ti._build_dockerfile(image, tmp_path)
+        assert (mount in seen[ti.ref(image)]) == (image in (ti.TORCH, *ti.ON_DEMAND)), image.name
+    before = {i.name: ti.digest(i) for i in (ti.TORCH, *ti.ON_DEMAND, ti.OPERATOR)}
+    content = ti._content
+    monkeypatch.setattr(ti, "_content", lambda f: content(f) + (
+        b"\nnvidia-cufft" if f == ROOT / ti.TORCH_EXCLUDES else b""))  # fmt: skip
+    after = {i.name: ti.digest(i) for i in (ti.TORCH, *ti.ON_DEMAND, ti.OPERATOR)}
+    assert [n for n in before if before[n] != after[n]] == [
+        "torch", "worker-transformers", "worker-vllm-cpu"]  # fmt: skip
