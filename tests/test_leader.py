@@ -353,7 +353,7 @@ async def until(predicate: Any, within: float) -> float:
 # (this suite runs beside the e2e suite at a lower priority; a healthy holder lost its lease
 # in runs made 2.45 times slower, once at 1 s, 0.6 s and 0.2 s, once at 3 s, 2 s and 0.4 s:
 # its event loop went 2 s without a turn). NOISE: how late a step may come on such a
-# machine and still count as on time. The test sleeps through most of its 30 s.
+# machine and still count as on time. The test sleeps through most of its 20 s.
 TERM, RENEW, RETRY, NOISE = 6.0, 4.0, 0.8, 2.0
 
 
