@@ -1,6 +1,11 @@
 """Steady load for the scaling and fault tests (e2e/test_scaling.py) and `bench scale`:
 clients each sending one transcription after another, and what became of every request.
 
+Each client sends back to back (a closed loop) or, with a `duty` under 1, has a request out
+that share of the time: after each answer it waits `pause(seconds, duty)` (half the time: as
+long as the request took). The wait follows the answers, so the load is the same share of
+what the workers can do on a fast machine and on a slow one.
+
 A request succeeds when it gets a 200 whose transcript is there (for a stream: the final
 `transcript.text.done` event, never an `error` event). Anything else is a failure, kept
 with its status (0: no HTTP answer at all) and error text.
@@ -36,7 +41,8 @@ class Outcome:
 
 @dataclass
 class Load:
-    """`clients` threads sending `audio` to `base_url` (the frontend), until stopped."""
+    """`clients` threads sending `audio` to `base_url` (the frontend), until stopped, each
+    with a request out `duty` of the time (1: back to back)."""
 
     base_url: str
     audio: bytes
@@ -44,10 +50,14 @@ class Load:
     stream: bool = False
     timeout: float = 600
     model: str = "whisper-1"
+    duty: float = 1.0
     outcomes: list[Outcome] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        pause(0.0, self.duty)  # refused here, before any client starts
 
     def __enter__(self) -> Load:
         self.resize(self.clients)
@@ -75,6 +85,7 @@ class Load:
                 out = self.one(http)
                 with self._lock:
                     self.outcomes.append(out)
+                self._stop.wait(pause(out.seconds, self.duty))  # stop() ends it at once
 
     def one(self, http: httpx.Client) -> Outcome:
         start = time.monotonic()
@@ -108,6 +119,15 @@ class Load:
         raise AssertionError(
             f"fewer than {n} successful requests within {timeout:.0f}s: {summarize(outcomes)}"
         )
+
+
+def pause(seconds: float, duty: float) -> float:
+    """How long a client waits after a request that took `seconds`, to have one out `duty` of
+    the time: 0 at 1 (back to back), as long as it took at 0.5."""
+    if not 0 < duty <= 1:
+        raise ValueError(f"a load's duty is the share of the time each client has a request "
+                         f"out: more than 0 and at most 1, not {duty}")  # fmt: skip
+    return seconds * (1 / duty - 1)
 
 
 def summarize(outcomes: list[Outcome], examples: int = 3) -> str:

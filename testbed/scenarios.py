@@ -85,6 +85,13 @@ class Scaling:
     audio: bytes
     sentence: str
     release: str  # the chart's: 2 operator replicas, one leading (a Lease)
+    # Through the long faults (the API server's, the node's daemons', the stuck rollout),
+    # each client's share of the time with a request out (`Load.duty`). `bench scale` keeps
+    # 1, the most the clients can offer; the e2e tests need requests throughout, and a closed
+    # loop for minutes would only take the CPUs from the suites that run beside them. Events
+    # of an instant (a kill, a deletion, a rollout's switch of pods) always send back to
+    # back: a request in flight at that instant is their point.
+    duty: float = 1.0
 
     @property
     def url(self) -> str:
@@ -103,8 +110,8 @@ class Scaling:
     def pods(self, component: str) -> list[dict[str, Any]]:
         return self.kubectl.pods(self.namespace, NAME, component)
 
-    def load(self, clients: int, stream: bool = False) -> Load:
-        return Load(self.url, self.audio, clients, stream=stream)
+    def load(self, clients: int, stream: bool = False, duty: float = 1.0) -> Load:
+        return Load(self.url, self.audio, clients, stream=stream, duty=duty)
 
     def wait_replicas(self, desired: int, timeout: float) -> float:
         start = time.monotonic()
@@ -171,22 +178,26 @@ class Scaling:
 
 
 @contextmanager
-def stack(kubectl: Kubectl, cluster: Path, audio: bytes, sentence: str) -> Iterator[Scaling]:
+def stack(
+    kubectl: Kubectl, cluster: Path, audio: bytes, sentence: str, duty: float = 1.0
+) -> Iterator[Scaling]:
     ns = create_namespace(kubectl, "s", simulated=False)
     kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     with operator_in_cluster(kubectl, cluster, RELEASE, ns) as (system_ns, release):
         kubectl.apply(resource(), ns)
         try:
-            yield Scaling(kubectl, ns, system_ns, audio, sentence, release)
+            yield Scaling(kubectl, ns, system_ns, audio, sentence, release, duty)
         finally:
             kubectl.run("delete", "tdeploy", NAME, "-n", ns, "--wait=false", check=False)
             kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def _during(s: Scaling, event: str, clients: int, act: Callable[[], float | None]) -> Result:
-    """Run `act` (the event; returns its settle time) under steady load, then let the load
-    run a few more requests past it."""
-    with s.load(clients) as load:
+def _during(
+    s: Scaling, event: str, clients: int, act: Callable[[], float | None], duty: float = 1.0
+) -> Result:
+    """Run `act` (the event; returns its settle time) under steady load, each client with a
+    request out `duty` of the time, then let the load run a few more requests past it."""
+    with s.load(clients, duty=duty) as load:
         load.wait_for_successes(clients, timeout=300)
         t0 = time.monotonic()
         settle = act()
@@ -390,7 +401,7 @@ def frontend_deleted(s: Scaling) -> Result:
 
 
 def api_server_restarted(s: Scaling) -> Result:
-    result = _during(s, "API server restart", 2, faults.restart_api_server)
+    result = _during(s, "API server restart", 2, faults.restart_api_server, s.duty)
     # The operator's watches resumed: a child deleted now is restored.
     svc = f"{NAME}-scaler"
     uid = s.kubectl.json("get", "service", svc, "-n", s.namespace)["metadata"]["uid"]
@@ -462,7 +473,7 @@ FILLER = "node-filler"
 
 def stuck_rollout(s: Scaling) -> Result:
     """A rollout whose surge pod does not fit: the node is full (a pod takes the CPU left),
-    the old replica keeps serving. Status says so at each stage, while one client sends
+    the old replica keeps serving. Status says so at each stage, while two clients send
     requests throughout:
     1. rolling: Ready=True RollingOut, Progressing=True Unschedulable (the scheduler's words);
     2. past the pool's progressDeadlineSeconds: Degraded=True ProgressDeadlineExceeded,
@@ -508,7 +519,7 @@ def stuck_rollout(s: Scaling) -> Result:
         assert not ({p["metadata"]["name"] for p in s.pods("worker")} & old)
         return time.monotonic() - start
 
-    result = _during(s, f"stuck rollout (full node, deadline {DEADLINE}s)", 1, act)
+    result = _during(s, f"stuck rollout (full node, deadline {DEADLINE}s)", 2, act, s.duty)
     result.notes["stages"] = stages
     return result
 
@@ -559,7 +570,7 @@ def _node_daemon_restarted(s: Scaling, daemon: str) -> Result:
         notes["status"] = timeline.lines
         return settled
 
-    result = _during(s, f"{daemon} restarted", 2, act)
+    result = _during(s, f"{daemon} restarted", 2, act, s.duty)
     result.notes.update(notes)
     return result
 
@@ -595,7 +606,7 @@ def api_server_paused(s: Scaling, seconds: float = 60.0) -> Result:
         notes["status"] = timeline.lines
         return settled
 
-    result = _during(s, f"API server paused {seconds:.0f}s (SIGSTOP)", 2, act)
+    result = _during(s, f"API server paused {seconds:.0f}s (SIGSTOP)", 2, act, s.duty)
     result.notes.update(notes)
     return result
 
