@@ -86,7 +86,17 @@ def chat_deployment(
     with deployment(spec, checkpoints, tmp_path_factory.mktemp("chat")) as (table, server, url):
         assert [(p.name, p.worker_model) for p in table.pools] == [
             ("batch", str(checkpoints / "audio-lm"))]  # fmt: skip
-        yield server, url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        yield server, url, sdk(url)
+
+
+def sdk(url: str) -> openai.OpenAI:
+    """The SDK without its retries, so that each answer is seen as it is, and so without
+    reusing a connection: the frontend closes one idle for `idle_timeout_seconds` (5 s), and
+    a request sent on it as it closes gets no answer (seen on the slower class, where a
+    direct request to the server between two through the frontend took about that long).
+    The SDK's default retries cover that race for users."""
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0,
+                         default_headers={"Connection": "close"})  # fmt: skip
 
 
 def audio_part(data: bytes, fmt: str = "wav") -> dict[str, Any]:
@@ -247,7 +257,7 @@ def whisper_deployment(
             "pools": [{"name": "seq", "mode": "sequential"}],
             "traffic": {"endpoints": ["transcriptions"], "features": ["stream"]}}  # fmt: skip
     with deployment(spec, checkpoints, tmp_path_factory.mktemp("whisper")) as (_, server, url):
-        yield server, url, openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        yield server, url, sdk(url)
 
 
 def containers(wav: Path) -> dict[str, bytes]:
