@@ -38,7 +38,7 @@ import pytest
 from openai.types.audio import TranscriptionDiarized
 
 import testbed.cluster
-from testbed import images, weights
+from testbed import images, load, weights
 from testbed.kube import td_get, wait_for, wait_served
 from testbed.kubectl import Kubectl
 from testbed.operators import deployed_on_the_real_node
@@ -55,6 +55,8 @@ AUTO = "auto-faster-whisper"
 # Two cores in all on the real node, shared with the frontend, the operator and the add-ons:
 # small CPU requests; memory for torch, vLLM's processes and its 1 GiB KV cache.
 WORKER = {"cpu": "250m", "memory": "4Gi"}
+# The KEDA test's clients: the share of the time each has a request out (testbed/load.py).
+DUTY = 0.25
 RESOURCE: dict[str, Any] = {
     "apiVersion": "transcription.dev/v1alpha1",
     "kind": "TranscriptionDeployment",
@@ -376,7 +378,14 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
 ) -> None:
     """Four clients at once bring more audio than one replica drains in the target's 0.1 s:
     KEDA asks for the second replica, whose real vLLM starts and takes requests, and keeps
-    it while the load lasts; idle, the pool goes back to one."""
+    it while the load lasts; idle, the pool goes back to one.
+
+    Each client has a request out a quarter of the time (`load.pause`), as through the
+    scaling tests' long faults: back to back, the four kept the first replica's vLLM at
+    the CPUs' limit for the whole minute or more that the second took to start on the
+    same two cores, which was most of the module's CPU time. A quarter still brings
+    several times the target, and the pool's level (the average of its last seconds)
+    bridges the moments when all four wait."""
     url = service_url(kubectl, namespace)
     sentence, wav = next(iter(speech.items()))
     audio = wav.read_bytes()
@@ -385,10 +394,13 @@ def test_keda_scales_the_vllm_pool_from_its_load_and_back(
 
     def keep_busy(_: int) -> None:
         while time.monotonic() < stop:
+            sent = time.monotonic()
             r = httpx.post(f"{url}/v1/audio/transcriptions", timeout=180,
                            data={"model": "whisper-1"}, files={"file": ("a.wav", audio)})  # fmt: skip
             assert r.status_code == 200, r.text
             texts.append(r.json()["text"])
+            wait = load.pause(time.monotonic() - sent, DUTY)
+            time.sleep(max(0.0, min(wait, stop - time.monotonic())))
 
     def two_ready() -> list[dict[str, Any]] | None:
         ps = pods(kubectl, namespace, "batch")
