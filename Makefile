@@ -184,16 +184,15 @@ lint: $(STAMP)
 
 # On a fresh machine the heavy Python environments download while the cluster's Go builds
 # use the CPUs (-j2): the first build's wall time is the longer of the two, not the sum.
-# Then the e2e suite, the longest step (one cluster: one process), with the other steps
-# beside it at a lower priority (toolchain/steps.py's `together`), in two lanes, each one step
-# after another: they use the CPU time the e2e suite leaves idle while it waits on pods,
-# leases and faults, and print their output once it has ended. The first lane builds the rest
-# of the test bed (KEDA, Flux, promtool, actionlint), which the e2e suite's first modules do
-# not need (testkit/e2e_order.py) and the unit tests after it do. The second builds the torch
-# images, which the e2e suite's last two modules run on (built there, they held up the suite),
-# then lints and runs the transformers suite. In one lane, the torch images' build (gigabytes
-# written and committed) left the CPUs idle while the unit tests waited behind it, and the
-# unit tests ran last, alone, on a machine they do not fill. Each step is timed; the end (or a
+# Then the e2e suite, the longest step (one cluster: one process), with the other steps one
+# after another beside it at a lower priority (toolchain/steps.py's `together`): they use the
+# CPU time the e2e suite leaves idle while it waits on pods, leases and faults, and print
+# their output once it has ended. The first of them builds the rest of the test bed (KEDA,
+# Flux, promtool, actionlint: 8 of the 20 minutes of Go builds on a fresh 2-core machine),
+# which the e2e suite's first modules do not need (testkit/e2e_order.py) and the unit tests
+# after it do. The second builds the torch images, which the e2e suite's last two modules run
+# on: built there, they held up the suite, whose end is the run's (on the slower machine class
+# the steps beside it ended 7 minutes before it did). Each step is timed; the end (or a
 # failure, once every step has ended) prints where the time went.
 test: steps-begin $(STAMP) system-deps
 	@$(STEPS) run "environments and the cluster's build, at once" -- \
@@ -201,11 +200,11 @@ test: steps-begin $(STAMP) system-deps
 	@# --durations: the e2e tests' own times (the closing report has the modules')
 	@$(STEPS) together "e2e suite" -- $(BIN)/pytest -m e2e --durations=20 $(PYTEST_ARGS) \
 	  :: "the rest of the test bed's build" -- $(TESTBED) build \
-	  :: "unit and integration tests, $(TEST_WORKERS) processes" -- \
-	     $(BIN)/pytest -m "not e2e" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) \
-	  // "the torch images" -- $(TESTBED) images build --torch \
+	  :: "the torch images" -- $(TESTBED) images build --torch \
 	  :: "lint, types, docs" -- $(MAKE) --no-print-directory lint \
-	  :: "transformers suite" -- $(MAKE) --no-print-directory test-transformers
+	  :: "transformers suite" -- $(MAKE) --no-print-directory test-transformers \
+	  :: "unit and integration tests, $(TEST_WORKERS) processes" -- \
+	     $(BIN)/pytest -m "not e2e" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	@$(STEPS) end
 
 steps-begin:

@@ -11,10 +11,9 @@
     python -m testbed kubeconfig     print the kubeconfig's path
     python -m testbed images build   build the images that are missing (progress shown)
     python -m testbed images build --torch
-                                     the torch images alone, which the suites that run on them
+                                     the torch images too, which the suites that run on them
                                      otherwise build when they start: `make test` builds them
-                                     beside the e2e suite's first modules, while the rest of
-                                     the test bed's build (KEDA's images among it) goes on
+                                     beside the e2e suite's first modules
     python -m testbed images list    the image references and whether each is built
     python -m testbed images stream REF [DIFF_ID ...]
                                      write an image in the builder's store to standard output
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     image.add_argument(
         "--torch",
         action="store_true",
-        help="build: the torch images alone (else built when a suite asks for them)",
+        help="build: the torch images too (else built when a suite asks for them)",
     )
     args = parser.parse_args(argv)
     if args.command == "build" and args.cluster:
@@ -65,12 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("images stream: give the image's reference")
         images.stream(args.reference, set(args.have), sys.stdout.buffer)
     elif args.command == "images":
-        if args.action == "build" and args.torch:
-            # One at a time: a suite waiting for the first need not wait for the second.
-            for torch_image in images.ON_DEMAND:
-                images.build((torch_image,))
-        elif args.action == "build":
+        if args.action == "build":
             images.build()
+            # One at a time: a suite waiting for the first need not wait for the second.
+            for torch_image in images.ON_DEMAND if args.torch else ():
+                images.build((torch_image,))
         for i in (*images.ALL, *images.ON_DEMAND):
             print(f"{i.name:19} {'built' if images.built(i) else 'missing':8} {images.ref(i)}")
     else:

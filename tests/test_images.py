@@ -459,27 +459,3 @@ def test_the_torch_images_leave_out_what_the_cpu_never_loads(
     after = {i.name: ti.digest(i) for i in (ti.TORCH, *ti.ON_DEMAND, ti.OPERATOR)}
     assert [n for n in before if before[n] != after[n]] == [
         "torch", "worker-transformers", "worker-vllm-cpu"]  # fmt: skip
-
-
-def test_images_build_torch_builds_the_torch_images_alone_one_at_a_time(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`make test` runs it beside the rest of the test bed's build: it must not build KEDA's
-    images, whose binary that build makes meanwhile (it stopped with "image keda needs the
-    binary keda"). Without --torch, the images that are missing, as before."""
-    import testbed.__main__ as cli
-
-    asked: list[tuple[str, ...]] = []
-
-    def build(images: tuple[ti.Image, ...] = ti.ALL) -> dict[str, str]:
-        asked.append(tuple(i.name for i in images))
-        return {}
-
-    monkeypatch.setattr(ti, "build", build)
-    monkeypatch.setattr(ti, "built", lambda image: False)
-    assert cli.main(["images", "build", "--torch"]) == 0
-    assert asked == [("worker-transformers",), ("worker-vllm-cpu",)]
-    asked.clear()
-    assert cli.main(["images", "build"]) == 0
-    assert asked == [tuple(i.name for i in ti.ALL)]
-    assert "worker-vllm-cpu     missing" in capsys.readouterr().out

@@ -154,10 +154,10 @@ def test_steps_together_run_at_once_the_others_niced_their_output_after_the_firs
     steps.begin()
     wait = (f"import pathlib, time\nfor _ in range(300):\n    if pathlib.Path({str(flag)!r}).exists(): "
             "print('first saw it', flush=True); break\n    time.sleep(0.1)\nelse: raise SystemExit(9)")  # fmt: skip
-    rc = steps.together(("e2e", _py(wait)), [[
+    rc = steps.together(("e2e", _py(wait)), [
         ("maker", _py(f"import os, pathlib; pathlib.Path({str(flag)!r}).touch(); print('nice', os.nice(0))")),
         ("after", _py("print('second beside')")),
-    ]])  # fmt: skip
+    ])  # fmt: skip
     assert rc == 0
     out = capfd.readouterr().out
     assert out.index("first saw it") < out.index("==> maker (beside the e2e), exit status 0:")
@@ -171,59 +171,14 @@ def test_steps_together_run_at_once_the_others_niced_their_output_after_the_firs
                         "after (beside the e2e)": "done"}  # fmt: skip
 
 
-def test_lanes_beside_run_at_the_same_time_each_one_step_after_another(
-    here: Path,
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    """The first lane's first step waits for a file the second lane's first step makes: the
-    lanes run at once (one after the other, it would time out). In each lane the second step
-    starts once the first has ended; the output comes in the order the steps were given."""
-    flag, order = here / "made-in-lane-2", here / "order"
-    steps.begin()
-
-    def note(word: str) -> str:
-        return f"open({str(order)!r}, 'a').write({word!r} + ' ')"
-
-    wait = (f"import pathlib, time\nfor _ in range(300):\n    if pathlib.Path({str(flag)!r}).exists(): "
-            f"{note('a1')}; break\n    time.sleep(0.1)\nelse: raise SystemExit(9)")  # fmt: skip
-    make = f"import pathlib; pathlib.Path({str(flag)!r}).touch(); {note('b1')}"
-    rc = steps.together(("e2e", _py("print('first ran')")), [
-        [("a1", _py(wait)), ("a2", _py(f"{note('a2')}; print('a2 ran')"))],
-        [("b1", _py(make)), ("b2", _py(f"import time; time.sleep(0.5); {note('b2')}"))],
-    ])  # fmt: skip
-    assert rc == 0
-    done = order.read_text().split()
-    assert sorted(done) == ["a1", "a2", "b1", "b2"]
-    assert done.index("b1") < done.index("a1") < done.index("a2") and done.index("b1") < done.index(
-        "b2"
-    )
-    out = capfd.readouterr().out
-    heads = [
-        out.index(f"==> {n} (beside the e2e), exit status 0:") for n in ("a1", "a2", "b1", "b2")
-    ]
-    assert heads == sorted(heads) and "a2 ran" in out
-
-
-def test_the_command_line_splits_steps_into_lanes() -> None:
-    step = ["lint", "--", "true"]
-    assert steps._lanes(["e2e", "--", "pytest", "::", *step]) == (
-        ("e2e", ["pytest"]), [[("lint", ["true"])]])  # fmt: skip
-    assert steps._lanes(["e2e", "--", "pytest", "::", *step, "::", "unit", "--", "x", "//",
-                         "torch", "--", "build", "-y"]) == (
-        ("e2e", ["pytest"]), [[("lint", ["true"]), ("unit", ["x"])], [("torch", ["build", "-y"])]])  # fmt: skip
-    assert steps._lanes(["e2e", "--", "pytest"]) == (("e2e", ["pytest"]), [])
-    assert steps._lanes(["e2e", "--", "pytest", "//"]) is None  # an empty lane
-    assert steps._lanes(["e2e", "--", "pytest", "//", "lint", "true"]) is None  # no --
-
-
 def test_a_failed_step_beside_fails_the_run_once_all_have_ended(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     steps.begin()
-    rc = steps.together(("e2e", _py("print('first ran')")), [[
+    rc = steps.together(("e2e", _py("print('first ran')")), [
         ("lint", _py("print('lint says no'); raise SystemExit(4)")),
         ("unit", _py("print('unit ran')")),
-    ]])  # fmt: skip
+    ])  # fmt: skip
     assert rc == 4
     out = capfd.readouterr().out
     assert "first ran" in out and "lint says no" in out and "unit ran" in out

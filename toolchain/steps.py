@@ -12,10 +12,8 @@ also when a step fails.
     python -m toolchain.steps begin                    start this run's record
     python -m toolchain.steps run NAME -- COMMAND...   run a step, timed; the record on failure
     python -m toolchain.steps together NAME -- COMMAND... [:: NAME -- COMMAND...]...
-                                       [// NAME -- COMMAND... [:: NAME -- COMMAND...]...]...
                                                        the first step, with the others one
-                                                       after another beside it, in lanes
-                                                       that `//` starts (`together`)
+                                                       after another beside it (`together`)
     python -m toolchain.steps record NAME SECONDS      record a build a recipe timed itself
     python -m toolchain.steps end                      print this run's record; it ends
     python -m toolchain.steps report                   print it (or the last run's)
@@ -302,36 +300,28 @@ def run(name: str, command: list[str]) -> int:
 Step = tuple[str, list[str]]  # a step's name and its command
 
 
-def together(first: Step, lanes: list[list[Step]]) -> int:
-    """Run step `first`, its output shown as it comes, and beside it each lane of `lanes`:
-    a lane's steps one after another, the lanes at the same time, every one at the lower
-    priority `BESIDE_NICE` with its output kept in `LOGS` and printed once `first` has ended
-    (a line says when each ends). Every step is recorded; the result is the first failed
-    step's exit status (0: none failed), and on a failure the run ends there, its record
-    printed."""
+def together(first: Step, beside: list[Step]) -> int:
+    """Run step `first`, its output shown as it comes, and the `beside` steps one after
+    another at the same time, each at the lower priority `BESIDE_NICE` with its output kept
+    in `LOGS` and printed once `first` has ended (a line says when each ends). Every step is
+    recorded; the result is the first failed step's exit status (0: none failed), and on a
+    failure the run ends there, its record printed."""
     LOGS.mkdir(parents=True, exist_ok=True)
-    beside = [step for lane in lanes for step in lane]
     logs = [LOGS / f"{i}.log" for i in range(len(beside))]
     codes = [0] * len(beside)
 
-    def chain(first_index: int, lane: list[Step]) -> None:
-        for i, (name, command) in enumerate(lane, first_index):
-            with logs[i].open("wb") as out:
+    def chain() -> None:
+        for i, ((name, command), log) in enumerate(zip(beside, logs, strict=True)):
+            with log.open("wb") as out:
                 codes[i], state, seconds = _timed(f"{name} (beside the {first[0]})",
                                                   ["nice", "-n", str(BESIDE_NICE), *command], out)  # fmt: skip
             print(f"\n[{name}, beside the {first[0]}: {state} in {seconds:.0f} s; its output "
                   f"follows the {first[0]}'s]", flush=True)  # fmt: skip
 
-    starts = [sum(len(lane) for lane in lanes[:n]) for n in range(len(lanes))]
-    workers = [
-        threading.Thread(target=chain, args=(start, lane), name=f"beside-{n}")
-        for n, (start, lane) in enumerate(zip(starts, lanes, strict=True))
-    ]
-    for worker in workers:
-        worker.start()
+    worker = threading.Thread(target=chain, name="beside")
+    worker.start()
     rc = _timed(*first)[0]
-    for worker in workers:
-        worker.join()
+    worker.join()
     for (name, _), log, code in zip(beside, logs, codes, strict=True):
         print(f"\n==> {name} (beside the {first[0]}), exit status {code}:", flush=True)
         sys.stdout.buffer.write(log.read_bytes())
@@ -340,23 +330,6 @@ def together(first: Step, lanes: list[list[Step]]) -> int:
     if failed:
         end()
     return failed[0] if failed else 0
-
-
-def _lanes(args: list[str]) -> tuple[Step, list[list[Step]]] | None:
-    """`STEP [:: STEP]... [// STEP [:: STEP]...]...`, each STEP `NAME -- COMMAND...`: the
-    first step, and the lanes beside it (`//` starts the next); None if malformed."""
-    groups: list[list[str]] = [[]]
-    for arg in args:
-        if arg == "//":
-            groups.append([])
-        else:
-            groups[-1].append(arg)
-    parsed = [_steps(group) for group in groups]
-    if any(steps is None for steps in parsed):
-        return None
-    lanes = [steps for steps in parsed if steps is not None]
-    first, lanes[0] = lanes[0][0], lanes[0][1:]
-    return first, [lane for lane in lanes if lane]
 
 
 def _steps(args: list[str]) -> list[Step] | None:
@@ -385,8 +358,8 @@ def main(argv: list[str]) -> int:
         record(argv[1], float(argv[2]))  # an environment or packages, inside make's steps
     elif argv[:1] == ["run"] and len(argv) > 3 and argv[2] == "--":
         return run(argv[1], argv[3:])
-    elif argv[:1] == ["together"] and (parsed := _lanes(argv[1:])):
-        return together(*parsed)
+    elif argv[:1] == ["together"] and (parsed := _steps(argv[1:])):
+        return together(parsed[0], parsed[1:])
     else:
         print(__doc__, file=sys.stderr)
         return 2
